@@ -1,0 +1,1 @@
+"""Argument codecs: turn a family's call syntax into streamed, valid JSON arguments."""

@@ -1,0 +1,110 @@
+"""The interface between the engine and a family's call syntax (a "region codec").
+
+The engine hands a codec everything between a call region's opening and closing
+markers; the codec reports calls as ops: start (name), argument JSON fragments,
+end, or failure. One codec instance serves one region, which may hold one call
+(Gemma 4, Qwen3) or several (DeepSeek, Kimi, Mistral).
+"""
+
+from __future__ import annotations
+
+import secrets
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_ALNUM = string.ascii_letters + string.digits
+
+
+def openai_call_id(native: str | None = None) -> str:
+    """`call_` + 24 random alphanumerics, as OpenAI's ids look."""
+    return "call_" + "".join(secrets.choice(_ALNUM) for _ in range(24))
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    name: str
+    native_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Args:
+    json_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    why: str
+    truncated: bool = False  # the output ended inside the call (max tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Junk:
+    """Text inside a region that belongs to no call; reported, never shown."""
+
+    raw: str
+    why: str
+
+
+Op = Start | Args | End | Fail | Junk
+
+
+@dataclass
+class CallContext:
+    tools: Mapping[str, Any] = field(default_factory=dict)  # name -> parameters schema
+
+
+class RegionCodec:
+    """Base class: subclasses override `feed`, and `marker`/`close` where needed."""
+
+    def __init__(self, ctx: CallContext) -> None:
+        self.ctx = ctx
+        self.ops: list[Op] = []
+        self.in_call = False  # a call has started and not yet ended
+
+    def feed(self, text: str) -> int:
+        """Consume region text; return how much was used. Less than all means the
+        region ended itself there and the rest belongs to the engine again."""
+        raise NotImplementedError
+
+    def marker(self, marker: str) -> bool:
+        """A control marker inside the region. True: consumed (as structure, or as
+        literal text inside a string). False: the engine decides what it means."""
+        return False
+
+    def close(self, *, truncated: bool) -> None:
+        """The region's end marker arrived (truncated=False), or the output ended or
+        was cut by another marker (truncated=True). Must end or fail an open call."""
+        raise NotImplementedError
+
+    @property
+    def idle(self) -> bool:
+        """True when the region could end here without losing anything."""
+        return not self.in_call
+
+    # helpers for subclasses
+    def start(self, name: str, native_id: str | None = None) -> None:
+        self.in_call = True
+        self.ops.append(Start(name, native_id))
+
+    def args(self, text: str) -> None:
+        if text:
+            self.ops.append(Args(text))
+
+    def end(self) -> None:
+        self.in_call = False
+        self.ops.append(End())
+
+    def fail(self, why: str, *, truncated: bool = False) -> None:
+        self.in_call = False
+        self.ops.append(Fail(why, truncated))
+
+    def junk(self, raw: str, why: str) -> None:
+        if raw.strip():
+            self.ops.append(Junk(raw, why))

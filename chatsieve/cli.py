@@ -1,0 +1,148 @@
+"""The `chatsieve` command: parse | check | render | serve."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported on one line, exit status 2."""
+
+
+def _read_input(path: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {path}: {e.strerror if isinstance(e, OSError) else e}") from None
+
+
+def _read_json(path: str, what: str):
+    text = _read_input(path)
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"{what} {path} is not valid JSON: {e}") from None
+
+
+def _thinking(value: str | None) -> bool | None:
+    return None if value is None else value == "on"
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from . import formats
+    from .parser import StreamParser
+    from .tools import ToolsError, normalize_tools
+
+    try:
+        formats.get(args.format)
+    except formats.UnknownFormat as e:
+        raise UsageError(str(e)) from None
+    tools = _read_json(args.tools, "tools file") if args.tools else None
+    try:
+        normalize_tools(tools)
+    except ToolsError as e:
+        raise UsageError(f"tools file {args.tools}: {e}") from None
+    raw = _read_input(args.file)
+    if args.chunks:
+        try:
+            chunks = json.loads(raw)
+        except ValueError as e:
+            raise UsageError(f"--chunks input is not JSON: {e}") from None
+        if not isinstance(chunks, list) or not all(isinstance(c, str) for c in chunks):
+            raise UsageError("--chunks input must be a JSON list of strings")
+    else:
+        chunks = [raw]
+    parser = StreamParser(
+        args.format, tools=tools, thinking=_thinking(args.thinking), stream_arguments=args.stream_arguments
+    )
+    for chunk in chunks:
+        parser.feed(chunk)
+    parser.finish()
+    json.dump(parser.message.to_dict(), sys.stdout, ensure_ascii=False, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .fixtures import FixtureError, check_paths
+
+    models = args.models or os.environ.get("CHATSIEVE_MODELS")
+    for p in args.paths:
+        if not Path(p).exists():
+            raise UsageError(f"no such fixture file or directory: {p}")
+    try:
+        n, failures = check_paths(args.paths, _tokenizer_resolver(models))
+    except FixtureError as e:
+        raise UsageError(str(e)) from None
+    for f in failures:
+        print(f"FAIL {f}")
+    failed_cases = len({(f.case.file, f.case.name) for f in failures})
+    print(f"{n - failed_cases} passed, {failed_cases} failed")
+    return 1 if failures else 0
+
+
+def _tokenizer_resolver(models: str | None):
+    """Fixture `tokenizer:` names -> tokenizers: a directory path, or a name under --models."""
+    cache: dict[str, object] = {}
+
+    def resolve(name: str):
+        if name not in cache:
+            from .tokenizer import load_tokenizer
+
+            path = Path(name)
+            if not path.is_dir() and models:
+                path = Path(models) / name
+            cache[name] = load_tokenizer(path) if path.is_dir() else None
+        return cache[name]
+
+    return resolve
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="chatsieve", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("parse", help="parse raw model output into a message (JSON)")
+    p.add_argument("--format", required=True, help="model family, e.g. gemma4, qwen3")
+    p.add_argument("--tools", help="JSON file with the request's tools")
+    p.add_argument("--thinking", choices=("on", "off"))
+    p.add_argument("--chunks", action="store_true", help="input is a JSON list of delta strings")
+    p.add_argument("--stream-arguments", action="store_true", help="stream tool arguments (incomplete calls flagged)")
+    p.add_argument("file", nargs="?", default="-", help="model output file, or - for stdin")
+    p.set_defaults(run=cmd_parse)
+
+    c = sub.add_parser("check", help="run YAML fixture files (batch, every split, random chunkings, tokens)")
+    c.add_argument("paths", nargs="+")
+    c.add_argument("--models", help="directory of tokenizers named by fixtures (default $CHATSIEVE_MODELS)")
+    c.set_defaults(run=cmd_check)
+
+    for name, mod, fn, help_ in (
+        ("render", "prompt", "render_main", "render a chat prompt: text and token ids"),
+        ("serve", "server", "serve_main", "OpenAI-compatible server in front of an engine"),
+    ):
+        s = sub.add_parser(name, help=help_, add_help=False)
+        s.add_argument("rest", nargs=argparse.REMAINDER)
+        s.set_defaults(run=None, module=mod, fn=fn)
+
+    args = ap.parse_args(argv)
+    try:
+        if args.run is None:
+            import importlib
+
+            module = importlib.import_module(f"chatsieve.{args.module}")
+            return getattr(module, args.fn)(args.rest)
+        return args.run(args)
+    except UsageError as e:
+        print(f"chatsieve {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+"""The shared streaming state machine: drives a FormatSpec over lexer segments and
+emits events. Sans-I/O: `segment()` appends to `out`, `finish()` flushes."""
+
+from __future__ import annotations
+
+from .args.base import Args, CallContext, End, Fail, Junk, RegionCodec, Start
+from .events import Dropped, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
+from .lexer import Marker, Segment, Text
+from .spec import FormatSpec
+
+CONTENT, REASONING, REGION, DONE = "content", "reasoning", "region", "done"
+
+_WS = " \t\r\n"
+
+
+class FieldSink:
+    """One output field. Trims the field's leading and trailing whitespace while
+    streaming: trailing whitespace is held until more text follows in that field."""
+
+    __slots__ = ("kind", "out", "started", "_held")
+
+    def __init__(self, kind: str, out: list) -> None:
+        self.kind = kind
+        self.out = out
+        self.started = False
+        self._held: list[tuple[str, int]] = []
+
+    def write(self, text: str, start: int) -> None:
+        if not self.started:
+            stripped = text.lstrip(_WS)
+            start += len(text) - len(stripped)
+            text = stripped
+            if not text:
+                return
+            self.started = True
+        body = text.rstrip(_WS)
+        if body:
+            for ws, ws_start in self._held:
+                self.out.append((self.kind, ws, ws_start, ws_start + len(ws)))
+            self._held.clear()
+            self.out.append((self.kind, body, start, start + len(body)))
+        if len(body) < len(text):
+            self._held.append((text[len(body) :], start + len(body)))
+
+    def finish(self) -> None:
+        self._held.clear()
+
+
+class Engine:
+    def __init__(
+        self,
+        spec: FormatSpec,
+        *,
+        tools: dict,
+        thinking: bool | None = None,
+        prompt: str | None = None,
+        stream_arguments: bool = False,
+    ) -> None:
+        self.spec = spec
+        self.thinking = spec.default_thinking if thinking is None else bool(thinking)
+        self.stream_arguments = stream_arguments
+        self.out: list = []  # events, and (kind, text, start, end) for text
+        self._ctx = CallContext(tools)
+        self._content = FieldSink("content", self.out)
+        self._reasoning = FieldSink("reasoning", self.out)
+        self._filter = spec.content_filter(self.thinking) if spec.content_filter else None
+        self._r_open = frozenset(spec.reasoning_open)
+        self._r_close = frozenset(spec.reasoning_close)
+        self._c_open = frozenset(spec.call_open)
+        self._c_close = frozenset(spec.call_close)
+        self._end = frozenset(spec.end)
+        self._strip = frozenset(spec.strip)
+        self._region: RegionCodec | None = None
+        self._region_return = CONTENT
+        self._raw: list[str] = []  # region text since the last finished call, for diagnostics
+        self._after_end: list[str] = []
+        self._label: str | None = None  # held text that may still be the block label
+        self._label_start = 0
+        self._block_empty = True  # nothing but whitespace/label seen in the current block
+        self._later_span = False  # inside a later reasoning span shown as content
+        self._calls = 0  # calls emitted (whole mode) or started (streaming mode)
+        self._pending: list = []  # whole mode: the current call's start and args
+        self._cur: int | None = None  # streaming mode: index of the open call
+        self.truncated = False
+        self.called = False
+        self._mode = CONTENT
+        self._start_state(prompt)
+        if self._filter is not None:
+            self._filter.mark()
+
+    # ---- start state -------------------------------------------------------------
+    def _start_state(self, prompt: str | None) -> None:
+        spec = self.spec
+        if prompt is not None and (spec.reasoning_open or spec.reasoning_close):
+            last_open = max((prompt.rfind(m) for m in spec.reasoning_open), default=-1)
+            last_close = max((prompt.rfind(m) for m in spec.reasoning_close), default=-1)
+            if last_open > last_close:
+                self._mode = REASONING
+                opener = max(spec.reasoning_open, key=lambda m: prompt.rfind(m))
+                tail = prompt[last_open + len(opener) :]
+                if spec.reasoning_label and not tail.strip():
+                    self._label = ""
+                return
+            if last_open >= 0 or last_close >= 0 or not spec.thinking_starts_in_reasoning:
+                return
+        if self.thinking and spec.thinking_starts_in_reasoning:
+            self._mode = REASONING
+
+    # ---- input ---------------------------------------------------------------------
+    def segment(self, seg: Segment) -> None:
+        if isinstance(seg, Text):
+            self._on_text(seg.text, seg.start)
+        else:
+            self._on_marker(seg)
+
+    def _on_text(self, text: str, start: int) -> None:
+        while text:
+            mode = self._mode
+            if mode == REGION:
+                used = self._region.feed(text)
+                self._raw.append(text[:used])
+                self._drain()
+                if used >= len(text):
+                    return
+                self._close_region()
+                text, start = text[used:], start + used
+                continue
+            if mode == DONE:
+                self._after_end.append(text)
+                return
+            self._field_text(text, start)
+            return
+
+    def _on_marker(self, seg: Marker) -> None:
+        m = seg.text
+        mode = self._mode
+        if mode == DONE:
+            if m not in self._end and m not in self._strip:
+                self._after_end.append(m)
+            return
+        if not seg.known:
+            self.out.append(Dropped(m, "control token this format does not use"))
+            return
+        if mode == REGION:
+            self._raw.append(m)
+            if self._region.marker(m):
+                self._drain()
+                return
+            if m in self._c_close:
+                self._raw.pop()
+                self._region.close(truncated=False)
+                self._drain()
+                self._close_region()
+            elif m in self._c_open:
+                self._raw.pop()
+                self._region.close(truncated=True)
+                self._drain()
+                self._close_region()
+                self._open_region(self._region_return)
+            elif m in self._end:
+                self._raw.pop()
+                self._region.close(truncated=True)
+                self._drain()
+                self._close_region()
+                self._mode = DONE
+            else:
+                self._raw.pop()
+                self.out.append(Dropped(m, "control token out of place inside a tool call"))
+            return
+        if mode == REASONING:
+            if m in self._r_close:
+                self._end_block()
+                self._mode = CONTENT
+                self._boundary()
+            elif m in self._c_open:
+                if self.spec.calls_inside_reasoning:
+                    self._release_label()
+                    self._open_region(REASONING)
+                else:
+                    self._end_block()
+                    self._open_region(CONTENT)
+            elif m in self._end:
+                self._end_block()
+                self._mode = DONE
+            elif m in self._r_open and self._block_empty:
+                self._label = "" if self.spec.reasoning_label else None
+            else:
+                self._orphan(m)
+            return
+        # CONTENT
+        if m in self._r_open:
+            self._release_label()
+            if self.spec.single_reasoning_block and self._reasoning.started:
+                self._later_span = True
+                self._label = "" if self.spec.reasoning_label else None
+                self._label_start = seg.start + len(m)
+            else:
+                self._mode = REASONING
+                self._block_empty = True
+                self._label = "" if self.spec.reasoning_label else None
+                self._label_start = seg.start + len(m)
+            self._boundary()
+        elif m in self._r_close and self._later_span:
+            self._release_label()
+            self._later_span = False
+            self._boundary()
+        elif m in self._c_open:
+            self._release_label()
+            self._open_region(CONTENT)
+        elif m in self._end:
+            self._release_label()
+            self._mode = DONE
+        else:
+            self._orphan(m)
+            self._boundary()
+
+    def _orphan(self, m: str) -> None:
+        if m not in self._strip:
+            self.out.append(Dropped(m, f"{m} out of place; removed"))
+
+    # ---- reasoning/content text ------------------------------------------------------
+    def _field_text(self, text: str, start: int) -> None:
+        if self._label is not None:
+            held = self._label + text
+            target = self.spec.reasoning_label + "\n"
+            if target.startswith(held):
+                if not self._label:
+                    self._label_start = start
+                self._label = held
+                return
+            self._label = None
+            if held.startswith(target):
+                cut = len(target) - (len(held) - len(text))
+                start += cut
+                text = text[cut:]
+                if self._mode == REASONING:
+                    self._block_empty = False
+            else:
+                text, start = held, self._label_start
+        if not text:
+            return
+        if self._mode == REASONING:
+            if text.strip(_WS):
+                self._block_empty = False
+            self._reasoning.write(text, start)
+        else:
+            self._content_write(text, start)
+
+    def _content_write(self, text: str, start: int) -> None:
+        if self._filter is None:
+            self._content.write(text, start)
+            return
+        for item in self._filter.write(text, start):
+            self._filtered(item)
+
+    def _filtered(self, item: tuple) -> None:
+        if len(item) == 2:
+            self._content.write(item[0], item[1])
+        else:
+            self.out.append(Dropped(item[0], item[2]))
+
+    def _release_label(self) -> None:
+        """A block or span ends while its label is undecided: a lone label is dropped."""
+        held, self._label = self._label, None
+        if held and held.rstrip("\n") != self.spec.reasoning_label:
+            self._field_text(held, self._label_start)
+
+    def _end_block(self) -> None:
+        self._release_label()
+
+    def _boundary(self) -> None:
+        if self._filter is not None:
+            self._filter.mark()
+
+    # ---- tool-call regions -------------------------------------------------------------
+    def _open_region(self, return_mode: str) -> None:
+        self._region = self.spec.codec(self._ctx)
+        self._region_return = return_mode
+        self._raw = []
+        self._mode = REGION
+
+    def _close_region(self) -> None:
+        self._region = None
+        self._mode = self._region_return
+        self._boundary()
+
+    def _drain(self) -> None:
+        region = self._region
+        ops, region.ops = region.ops, []
+        for op in ops:
+            if isinstance(op, Start):
+                call_id = self.spec.call_id(op.native_id)
+                if self.stream_arguments:
+                    self._cur = self._calls
+                    self._calls += 1
+                    self.out.append(ToolCallStart(self._cur, call_id, op.name))
+                else:
+                    self._pending = [call_id, op.name]
+            elif isinstance(op, Args):
+                if self.stream_arguments:
+                    if self._cur is not None:
+                        self.out.append(ToolCallArgsDelta(self._cur, op.json_text))
+                else:
+                    self._pending.append(op.json_text)
+            elif isinstance(op, End):
+                self.called = True
+                if self.stream_arguments:
+                    if self._cur is not None:
+                        self.out.append(ToolCallEnd(self._cur))
+                    self._cur = None
+                elif self._pending:
+                    index = self._calls
+                    self._calls += 1
+                    call_id, name, *frags = self._pending
+                    self.out.append(ToolCallStart(index, call_id, name))
+                    self.out.append(ToolCallArgsDelta(index, "".join(frags)))
+                    self.out.append(ToolCallEnd(index))
+                self._pending = []
+                self._raw = []
+            elif isinstance(op, Fail):
+                if op.truncated:
+                    self.truncated = True
+                if self.stream_arguments and self._cur is not None:
+                    self.out.append(ToolCallEnd(self._cur, incomplete=True))
+                    self._cur = None
+                self._pending = []
+                raw = "".join(self._raw)
+                self._raw = []
+                self.out.append(Dropped(raw, f"tool call not executed: {op.why}"))
+            elif isinstance(op, Junk):
+                self.out.append(Dropped(op.raw, op.why))
+
+    # ---- end -----------------------------------------------------------------------------
+    def finish(self) -> None:
+        if self._mode == REGION:
+            self._region.close(truncated=True)
+            self._drain()
+            self._close_region()
+        self._release_label()
+        if self._filter is not None:
+            for item in self._filter.finish():
+                self._filtered(item)
+        self._content.finish()
+        self._reasoning.finish()
+        rest = "".join(self._after_end)
+        if rest.strip():
+            self.out.append(Dropped(rest, "text after the end of the turn"))

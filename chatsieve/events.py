@@ -1,0 +1,165 @@
+"""Event and Message types: what the parser says, and what it accumulates.
+
+Events are small frozen values; `MessageBuilder` folds them into a `Message`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One sampled token's log-probability, with optional alternatives."""
+
+    token_id: int
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A run of decoded text with the token ids (and logprobs) that produced it.
+
+    `special` marks a piece that is exactly one added/control token, whose text is
+    that token's content; such a piece is never merged with or split from others.
+    In text mode pieces carry no ids.
+    """
+
+    text: str
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    special: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDelta:
+    text: str
+    logprobs: tuple[TokenLogprob, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallArgsDelta:
+    index: int
+    json_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    index: int
+    incomplete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """Model output that did not become reasoning, content or a call, and why."""
+
+    raw: str
+    why: str
+
+
+Event = ReasoningDelta | ContentDelta | ToolCallStart | ToolCallArgsDelta | ToolCallEnd | Dropped
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+    incomplete: bool = False
+
+
+@dataclass(slots=True)
+class Message:
+    reasoning: str | None = None
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    diagnostics: list[Dropped] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
+
+    def to_dict(self) -> dict:
+        """The CLI's JSON shape: arguments as objects where they parse."""
+        import json
+
+        calls = []
+        for c in self.tool_calls:
+            try:
+                args = json.loads(c.arguments) if c.arguments else {}
+            except ValueError:
+                args = c.arguments
+            item = {"id": c.id, "name": c.name, "arguments": args}
+            if c.incomplete:
+                item["incomplete"] = True
+            calls.append(item)
+        return {
+            "reasoning": self.reasoning,
+            "content": self.content,
+            "tool_calls": calls,
+            "finish_reason": self.finish_reason,
+            "diagnostics": [{"raw": d.raw, "why": d.why} for d in self.diagnostics],
+        }
+
+
+class MessageBuilder:
+    """Folds events into a Message, in order; the strings are joined only when read."""
+
+    def __init__(self) -> None:
+        self._reasoning: list[str] = []
+        self._content: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._args: list[list[str]] = []
+        self._diagnostics: list[Dropped] = []
+        self._logprobs: list[TokenLogprob] | None = None
+        self.finish_reason: str | None = None
+
+    def apply(self, event: Event) -> None:
+        if isinstance(event, ContentDelta):
+            self._content.append(event.text)
+            self._add_logprobs(event.logprobs)
+        elif isinstance(event, ReasoningDelta):
+            self._reasoning.append(event.text)
+            self._add_logprobs(event.logprobs)
+        elif isinstance(event, ToolCallStart):
+            self._calls.append(ToolCall(event.id, event.name, ""))
+            self._args.append([])
+        elif isinstance(event, ToolCallArgsDelta):
+            self._args[event.index].append(event.json_text)
+        elif isinstance(event, ToolCallEnd):
+            self._calls[event.index].incomplete = event.incomplete
+        elif isinstance(event, Dropped):
+            self._diagnostics.append(event)
+
+    @property
+    def message(self) -> Message:
+        calls = [
+            ToolCall(c.id, c.name, "".join(a), c.incomplete) for c, a in zip(self._calls, self._args)
+        ]
+        return Message(
+            reasoning="".join(self._reasoning) or None,
+            content="".join(self._content) or None,
+            tool_calls=calls,
+            finish_reason=self.finish_reason,
+            diagnostics=list(self._diagnostics),
+            logprobs=list(self._logprobs) if self._logprobs is not None else None,
+        )
+
+    def _add_logprobs(self, logprobs: tuple[TokenLogprob, ...] | None) -> None:
+        if logprobs:
+            if self._logprobs is None:
+                self._logprobs = []
+            self._logprobs.extend(logprobs)

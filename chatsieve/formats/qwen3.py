@@ -1,0 +1,37 @@
+"""Qwen3 and Hermes-style models: `<think>…</think>` reasoning and
+`<tool_call>{"name", "arguments"}</tool_call>` calls."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..args.json_call import JsonCallCodec
+from ..spec import FormatSpec
+
+QWEN3 = FormatSpec(
+    name="qwen3",
+    description="Qwen3 (thinking on by default; Qwen2.5/Hermes-style calls)",
+    aliases=("qwen-3", "qwen3_thinking"),
+    reasoning_open=("<think>",),
+    reasoning_close=("</think>",),
+    default_thinking=True,
+    thinking_starts_in_reasoning=True,
+    call_open=("<tool_call>",),
+    call_close=("</tool_call>",),
+    codec=JsonCallCodec,
+    end=("<|im_end|>", "<|endoftext|>", "<|im_start|>", "<tool_response>"),
+    strip=("</tool_response>",),
+    template="qwen3/chat_template.jinja",
+)
+
+# Hermes 2 Pro / Qwen2.5: the same wire format, but no thinking unless asked.
+HERMES = dataclasses.replace(
+    QWEN3,
+    name="hermes",
+    description="Hermes / Qwen2.5 (as qwen3, thinking off by default)",
+    aliases=("qwen25", "qwen2.5", "qwen2_5"),
+    default_thinking=False,
+    template=None,
+)
+
+SPECS = (QWEN3, HERMES)

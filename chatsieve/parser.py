@@ -1,0 +1,227 @@
+"""The public parsers: `StreamParser` (feed deltas, get events) and `parse` (batch).
+
+Wires the stages: detokenizer -> stop conditions -> marker lexer -> engine, and
+attaches each token's logprob to the first text it produced.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from . import formats
+from .engine import Engine
+from .events import (
+    ContentDelta,
+    Event,
+    Message,
+    MessageBuilder,
+    Piece,
+    ReasoningDelta,
+    TokenLogprob,
+)
+from .lexer import MarkerLexer
+from .spec import FormatSpec
+from .tools import normalize_tools
+
+_GATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def resolve_delimiters(spec: FormatSpec, tokenizer: Any) -> dict[str, int | None]:
+    """Each delimiter of the format -> its single token id in this tokenizer, or
+    None when it is not one token (then it is matched as text, and a warning says so)."""
+    per_tok = _GATES.setdefault(tokenizer, {})
+    if spec.name in per_tok:
+        return per_tok[spec.name]
+    gates: dict[str, int | None] = {}
+    for d in spec.delimiters:
+        gates[d] = tokenizer.single_token_id(d.strip())
+    missing = [d for d, tid in gates.items() if tid is None]
+    if missing:
+        warnings.warn(
+            f"format {spec.name}: {', '.join(missing)} not single tokens of this tokenizer; "
+            "matched as text (not gated by token id)",
+            stacklevel=3,
+        )
+    per_tok[spec.name] = gates
+    return gates
+
+
+def _control_ids(tokenizer: Any) -> frozenset[int]:
+    ids = getattr(tokenizer, "special_ids", None)
+    if ids is not None:
+        return frozenset(ids)
+    decoder = tokenizer.hf.get_added_tokens_decoder()
+    return frozenset(i for i, t in decoder.items() if t.special)
+
+
+class StreamParser:
+    """Feed model output as it arrives; each call returns the events it settles.
+
+    Text mode: `feed("...")`. Token mode (needs `tokenizer`): `feed(token_ids=[...])`,
+    optionally with `logprobs` (one TokenLogprob per id); delimiters then count only
+    when they arrive as their own token id.
+    """
+
+    def __init__(
+        self,
+        format: str | FormatSpec,
+        *,
+        tools: Iterable[Mapping[str, Any]] | None = None,
+        thinking: bool | None = None,
+        prompt: str | None = None,
+        stream_arguments: bool = False,
+        tokenizer: Any = None,
+        stop: str | Sequence[str] | None = None,
+        stop_token_ids: Iterable[int] | None = None,
+        include_stop_str_in_output: bool = False,
+    ) -> None:
+        self.spec = formats.get(format)
+        self.tokenizer = tokenizer
+        self._engine = Engine(
+            self.spec,
+            tools=normalize_tools(tools),
+            thinking=thinking,
+            prompt=prompt,
+            stream_arguments=stream_arguments,
+        )
+        self._builder = MessageBuilder()
+        self._detok = None
+        if tokenizer is not None:
+            from .detok import Detokenizer
+
+            self._detok = Detokenizer(tokenizer)
+            self.gated = resolve_delimiters(self.spec, tokenizer)
+            id_markers = {tid: d for d, tid in self.gated.items() if tid is not None}
+            text_markers = [d for d, tid in self.gated.items() if tid is None]
+            self._lexer = MarkerLexer(text_markers, id_markers, _control_ids(tokenizer))
+        else:
+            self.gated = {d: None for d in self.spec.delimiters}
+            self._lexer = MarkerLexer(self.spec.delimiters)
+        if isinstance(stop, str):
+            stop = [stop]
+        self._stops = None
+        if stop or stop_token_ids:
+            from .detok import StopChecker
+
+            self._stops = StopChecker(
+                tuple(stop or ()), tuple(stop_token_ids or ()), include_stop_str_in_output
+            )
+        self._logprobs: deque[tuple[int, int, tuple[TokenLogprob, ...]]] = deque()
+        self._pos = 0
+        self._done = False
+
+    # ---- public ------------------------------------------------------------------------
+    def feed(
+        self,
+        text: str | None = None,
+        token_ids: Sequence[int] | None = None,
+        logprobs: Sequence[TokenLogprob] | None = None,
+    ) -> list[Event]:
+        if self._done:
+            raise ValueError("feed() after finish(): start a new StreamParser for a new output")
+        if token_ids is not None:
+            if self._detok is None:
+                raise ValueError("token_ids need a tokenizer: StreamParser(..., tokenizer=load_tokenizer(DIR))")
+            pieces = self._detok.feed(list(token_ids), list(logprobs) if logprobs is not None else None)
+        elif text:
+            pieces = [Piece(text)]
+        else:
+            pieces = []
+        return self._run(pieces)
+
+    def finish(self, finish_reason: str | None = None) -> list[Event]:
+        if self._done:
+            return []
+        pieces = self._detok.finish() if self._detok is not None else []
+        events = self._run(pieces, final=True)
+        self._done = True
+        eng = self._engine
+        if eng.truncated:
+            reason = "length"
+        elif eng.called:
+            reason = "tool_calls"
+        elif self.stopped:
+            reason = "stop"
+        else:
+            reason = finish_reason or "stop"
+        self._builder.finish_reason = reason
+        return events
+
+    @property
+    def message(self) -> Message:
+        return self._builder.message
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self._builder.finish_reason
+
+    @property
+    def stopped(self) -> bool:
+        """A stop token or stop string ended the output."""
+        return self._stops is not None and self._stops.stopped
+
+    # ---- pipeline ----------------------------------------------------------------------
+    def _run(self, pieces: list[Piece], final: bool = False) -> list[Event]:
+        if self._stops is not None:
+            pieces = self._stops.feed(pieces)
+            if final:
+                pieces += self._stops.finish()
+        lexer, engine = self._lexer, self._engine
+        for piece in pieces:
+            if piece.logprobs:
+                self._logprobs.append((self._pos, self._pos + len(piece.text), piece.logprobs))
+            self._pos += len(piece.text)
+            for seg in lexer.feed(piece):
+                engine.segment(seg)
+        if final:
+            for seg in lexer.finish():
+                engine.segment(seg)
+            engine.finish()
+        return self._events()
+
+    def _events(self) -> list[Event]:
+        out = self._engine.out
+        raw = out[:]
+        out.clear()
+        events: list[Event] = []
+        for item in raw:
+            if isinstance(item, tuple):
+                kind, text, start, end = item
+                lp = self._claim(start, end) if self._logprobs else None
+                item = ReasoningDelta(text, lp) if kind == "reasoning" else ContentDelta(text, lp)
+            events.append(item)
+            self._builder.apply(item)
+        return events
+
+    def _claim(self, start: int, end: int) -> tuple[TokenLogprob, ...] | None:
+        """Logprobs of the tokens whose text overlaps [start, end) and were not yet
+        claimed; tokens wholly before `start` produced no visible text: dropped."""
+        q = self._logprobs
+        while q and q[0][1] <= start:
+            q.popleft()
+        got: list[TokenLogprob] = []
+        while q and q[0][0] < end:
+            got.extend(q.popleft()[2])
+        return tuple(got) or None
+
+
+def parse(
+    text: str | None = None,
+    format: str | FormatSpec | None = None,
+    *,
+    token_ids: Sequence[int] | None = None,
+    logprobs: Sequence[TokenLogprob] | None = None,
+    finish_reason: str | None = None,
+    **options: Any,
+) -> Message:
+    """Parse a whole model output (text, or token ids with `tokenizer=`) into a Message."""
+    if format is None:
+        raise TypeError(f"parse() needs a format, e.g. format='gemma4'; known: {', '.join(formats.names())}")
+    p = StreamParser(format, **options)
+    p.feed(text, token_ids, logprobs)
+    p.finish(finish_reason)
+    return p.message

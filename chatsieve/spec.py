@@ -1,0 +1,66 @@
+"""A family's declarative description: its markers, reasoning rules, call codec and
+cleaning rules. The shared engine (engine.py) does the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .args.base import CallContext, RegionCodec, openai_call_id
+
+
+class ContentFilter(Protocol):
+    """A streaming cleaner for content text (e.g. Gemma 4's echoed-thought debris)."""
+
+    def mark(self) -> None:
+        """A boundary (output start, a removed marker, a call) was just passed."""
+
+    def write(self, text: str, start: int) -> list[tuple[str, int] | tuple[str, int, str]]:
+        """Return kept (text, start) pieces and dropped (text, start, why) pieces."""
+
+    def finish(self) -> list[tuple[str, int] | tuple[str, int, str]]: ...
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    name: str
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+    # reasoning
+    reasoning_open: tuple[str, ...] = ()
+    reasoning_close: tuple[str, ...] = ()
+    reasoning_label: str | None = None  # a word that starts each block ("thought"), stripped
+    default_thinking: bool = False
+    thinking_starts_in_reasoning: bool = False  # thinking on: output begins inside a block
+    single_reasoning_block: bool = False  # later blocks lose their markers; text -> content
+    calls_inside_reasoning: bool = False  # a call does not end the reasoning block
+    # tool calls
+    call_open: tuple[str, ...] = ()  # markers that open a call region
+    call_close: tuple[str, ...] = ()  # markers that close it
+    codec: Callable[[CallContext], RegionCodec] | None = None
+    inner: tuple[str, ...] = ()  # markers meaningful only inside a call region
+    # the rest
+    end: tuple[str, ...] = ()  # end of generation: later text is reported, not shown
+    strip: tuple[str, ...] = ()  # removed wherever they appear outside a call
+    content_filter: Callable[[bool], ContentFilter | None] | None = None  # given thinking
+    call_id: Callable[[str | None], str] = openai_call_id
+    template: str | None = None  # chat template in shared/models, for the README table
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def delimiters(self) -> tuple[str, ...]:
+        """Every control string this family's parser recognises, longest first."""
+        seen: dict[str, None] = {}
+        for group in (
+            self.reasoning_open,
+            self.reasoning_close,
+            self.call_open,
+            self.call_close,
+            self.inner,
+            self.end,
+            self.strip,
+        ):
+            for m in group:
+                seen.setdefault(m, None)
+        return tuple(sorted(seen, key=len, reverse=True))

@@ -70,6 +70,11 @@ class Engine:
         self._c_close = frozenset(spec.call_close)
         self._end = frozenset(spec.end)
         self._strip = frozenset(spec.strip)
+        self._text_open = frozenset(spec.text_call_open)
+        self._start_triggers = spec.content_call_start
+        self._start_held: str | None = "" if spec.content_call_start else None
+        self._start_held_at = 0
+        self._replay: list[tuple[str, int, bool]] | None = None  # a tentative region's input
         self._region: RegionCodec | None = None
         self._region_return = CONTENT
         self._raw: list[str] = []  # region text since the last finished call, for diagnostics
@@ -117,8 +122,18 @@ class Engine:
         while text:
             mode = self._mode
             if mode == REGION:
-                used = self._region.feed(text)
+                region = self._region
+                used = region.feed(text)
                 self._raw.append(text[:used])
+                if self._replay is not None:
+                    self._replay.append((text[:used], start, False))
+                    if region.verdict is None and used < len(text):
+                        region.verdict = False  # it ended itself undecided: not a call
+                    if not self._settle():
+                        if self._mode != REGION:  # rejected: the rest is content too
+                            text, start = text[used:], start + used
+                            continue
+                        return
                 self._drain()
                 if used >= len(text):
                     return
@@ -141,27 +156,31 @@ class Engine:
         if not seg.known:
             self.out.append(Dropped(m, "control token this format does not use"))
             return
+        if m in self._text_open:
+            if mode == CONTENT and self._start_held is None:
+                self._release_label()
+                self._open_region(CONTENT, tentative=True)
+            self._on_text(m, seg.start)
+            return
         if mode == REGION:
             self._raw.append(m)
             if self._region.marker(m):
+                if self._replay is not None:
+                    self._replay.append((m, seg.start, True))
+                    if not self._settle():
+                        return
                 self._drain()
                 return
             if m in self._c_close:
                 self._raw.pop()
-                self._region.close(truncated=False)
-                self._drain()
-                self._close_region()
+                self._end_region(truncated=False)
             elif m in self._c_open:
                 self._raw.pop()
-                self._region.close(truncated=True)
-                self._drain()
-                self._close_region()
+                self._end_region(truncated=True)
                 self._open_region(self._region_return)
             elif m in self._end:
                 self._raw.pop()
-                self._region.close(truncated=True)
-                self._drain()
-                self._close_region()
+                self._end_region(truncated=True)
                 self._mode = DONE
             else:
                 self._raw.pop()
@@ -243,8 +262,35 @@ class Engine:
             if text.strip(_WS):
                 self._block_empty = False
             self._reasoning.write(text, start)
+        elif self._start_held is not None:
+            self._content_start(text, start)
         else:
             self._content_write(text, start)
+
+    def _content_start(self, text: str, start: int) -> None:
+        """The first content may open a tentative call region (FormatSpec.content_call_start)."""
+        if not self._start_held:
+            stripped = text.lstrip(_WS)
+            start += len(text) - len(stripped)
+            text = stripped
+            if not text:
+                return
+            self._start_held_at = start
+        held = self._start_held + text
+        if any(t.startswith(held) and t != held for t in self._start_triggers):
+            self._start_held = held
+            return
+        self._start_held = None
+        if any(held.startswith(t) for t in self._start_triggers):
+            self._open_region(CONTENT, tentative=True)
+            self._on_text(held, self._start_held_at)
+        else:
+            self._content_write(held, self._start_held_at)
+
+    def _flush_start_held(self) -> None:
+        held, self._start_held = self._start_held, None
+        if held:
+            self._content_write(held, self._start_held_at)
 
     def _content_write(self, text: str, start: int) -> None:
         if self._filter is None:
@@ -273,11 +319,46 @@ class Engine:
             self._filter.mark()
 
     # ---- tool-call regions -------------------------------------------------------------
-    def _open_region(self, return_mode: str) -> None:
-        self._region = self.spec.codec(self._ctx)
+    def _open_region(self, return_mode: str, *, tentative: bool = False) -> None:
+        if self._start_held is not None:
+            self._flush_start_held()
+        self._region = self.spec.codec(CallContext(self._ctx.tools, tentative=tentative))
         self._region_return = return_mode
         self._raw = []
+        self._replay = [] if tentative else None
         self._mode = REGION
+
+    def _settle(self) -> bool:
+        """For a tentative region: True once it is surely a call (its held ops may
+        go out); False while undecided, or when it is not a call, in which case its
+        text has been put back into content."""
+        verdict = self._region.verdict
+        if verdict:
+            self._replay = None
+            return True
+        if verdict is False:
+            replay, self._replay = self._replay, None
+            self._region = None
+            self._raw = []
+            self._mode = self._region_return
+            for text, start, is_marker in replay:
+                if is_marker:  # a control token never becomes content
+                    self.out.append(Dropped(text, f"{text} out of place; removed"))
+                else:
+                    self._content_write(text, start)
+        return False
+
+    def _end_region(self, *, truncated: bool) -> None:
+        region = self._region
+        region.close(truncated=truncated)
+        if self._replay is not None:
+            if region.verdict is None:
+                region.verdict = False
+            if not self._settle():
+                self._boundary()
+                return
+        self._drain()
+        self._close_region()
 
     def _close_region(self) -> None:
         self._region = None
@@ -333,9 +414,8 @@ class Engine:
     # ---- end -----------------------------------------------------------------------------
     def finish(self) -> None:
         if self._mode == REGION:
-            self._region.close(truncated=True)
-            self._drain()
-            self._close_region()
+            self._end_region(truncated=True)
+        self._flush_start_held()
         self._release_label()
         if self._filter is not None:
             for item in self._filter.finish():

@@ -81,7 +81,7 @@ class StreamParser:
     ) -> None:
         self.spec = formats.get(format)
         self.tokenizer = tokenizer
-        self._engine = Engine(
+        self._engine = (self.spec.engine or Engine)(
             self.spec,
             tools=normalize_tools(tools),
             thinking=thinking,
@@ -97,10 +97,11 @@ class StreamParser:
             self.gated = resolve_delimiters(self.spec, tokenizer)
             id_markers = {tid: d for d, tid in self.gated.items() if tid is not None}
             text_markers = [d for d, tid in self.gated.items() if tid is None]
+            text_markers += self.spec.text_call_open
             self._lexer = MarkerLexer(text_markers, id_markers, _control_ids(tokenizer))
         else:
             self.gated = {d: None for d in self.spec.delimiters}
-            self._lexer = MarkerLexer(self.spec.delimiters)
+            self._lexer = MarkerLexer(self.spec.delimiters + self.spec.text_call_open)
         if isinstance(stop, str):
             stop = [stop]
         self._stops = None

@@ -40,12 +40,16 @@ class FormatSpec:
     call_close: tuple[str, ...] = ()  # markers that close it
     codec: Callable[[CallContext], RegionCodec] | None = None
     inner: tuple[str, ...] = ()  # markers meaningful only inside a call region
+    # plain-text call openings (never gated, so the codec must confirm them):
+    text_call_open: tuple[str, ...] = ()  # anywhere in content, e.g. "<function="
+    content_call_start: tuple[str, ...] = ()  # only as the first content, e.g. "{", "["
     # the rest
     end: tuple[str, ...] = ()  # end of generation: later text is reported, not shown
     strip: tuple[str, ...] = ()  # removed wherever they appear outside a call
     content_filter: Callable[[bool], ContentFilter | None] | None = None  # given thinking
     call_id: Callable[[str | None], str] = openai_call_id
     template: str | None = None  # chat template in shared/models, for the README table
+    engine: type | None = None  # an Engine subclass for grammars beyond the shared one
     extra: dict = field(default_factory=dict)
 
     @property

@@ -58,6 +58,10 @@ Op = Start | Args | End | Fail | Junk
 @dataclass
 class CallContext:
     tools: Mapping[str, Any] = field(default_factory=dict)  # name -> parameters schema
+    # True when the region was opened by plain text (FormatSpec.text_call_open or
+    # content_call_start), not by a control marker: the codec must then decide,
+    # through `verdict`, whether this really is a call.
+    tentative: bool = False
 
 
 class RegionCodec:
@@ -67,6 +71,9 @@ class RegionCodec:
         self.ctx = ctx
         self.ops: list[Op] = []
         self.in_call = False  # a call has started and not yet ended
+        # Tentative regions only: None while undecided, True once surely a call,
+        # False if not (the engine then puts all the region's text back into content).
+        self.verdict: bool | None = None if ctx.tentative else True
 
     def feed(self, text: str) -> int:
         """Consume region text; return how much was used. Less than all means the

@@ -38,6 +38,12 @@ class JsonCallCodec(RegionCodec):
         self._junk: list[str] = []
 
     def feed(self, text: str) -> int:
+        used = self._feed(text)
+        if self._error is not None and self.verdict is None:
+            self.verdict = False
+        return used
+
+    def _feed(self, text: str) -> int:
         i, n = 0, len(text)
         while i < n:
             st = self._st
@@ -90,7 +96,7 @@ class JsonCallCodec(RegionCodec):
 
     def marker(self, marker: str) -> bool:
         if self._sc is not None and self._sc.in_string and self._st in (KEY, VALUE):
-            self.feed(marker)  # a delimiter inside a JSON string is just text
+            self._feed(marker)  # a delimiter inside a JSON string is just text
             return True
         return False
 
@@ -145,6 +151,10 @@ class JsonCallCodec(RegionCodec):
             if self._name is not None:
                 self._error = "two names in one call"
                 return
+            if self.verdict is None:  # opened by plain text: a call only for a known tool
+                self.verdict = not self.ctx.tools or name in self.ctx.tools
+                if not self.verdict:
+                    return
             self._name = name
             self.start(name)
             self.args("".join(self._early))

@@ -107,7 +107,7 @@ def load_cases(path: str | Path) -> list[Case]:
         cases.append(
             Case(
                 name=name,
-                file=p.name,
+                file=f"{p.parent.name}/{p.name}",
                 format=fmt,
                 segments=segs,
                 expect=expect,
@@ -149,7 +149,10 @@ def compare(msg: Message, expect: dict) -> str | None:
         calls = got["tool_calls"]
         if len(calls) != len(want):
             return f"tool_calls: expected {len(want)}, got {len(calls)}: {calls}"
+        raw_calls = msg.tool_calls
         for i, (c, w) in enumerate(zip(calls, want)):
+            if "arguments_json" in w and raw_calls[i].arguments != w["arguments_json"]:
+                return f"tool_calls[{i}].arguments: expected exactly {w['arguments_json']!r}, got {raw_calls[i].arguments!r}"
             for k in ("name", "arguments", "id", "incomplete"):
                 if k in w and c.get(k, False if k == "incomplete" else None) != w[k]:
                     return f"tool_calls[{i}].{k}: expected {w[k]!r}, got {c.get(k)!r}"

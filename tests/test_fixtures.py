@@ -18,7 +18,7 @@ CASES = [c for f in iter_fixture_files([FIXTURES]) for c in load_cases(f)]
 
 
 def _id(case: Case) -> str:
-    return f"{Path(case.file).stem}::{case.name}"
+    return f"{case.file.removesuffix('.yaml')}::{case.name}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)

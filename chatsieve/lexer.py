@@ -47,6 +47,8 @@ class MarkerLexer:
         )
         self._prefixes = {m[:k] for m in self._text_markers for k in range(1, len(m))}
         self._max_prefix = max((len(p) for p in self._prefixes), default=0)
+        firsts = {m[0] for m in self._text_markers}
+        self._first_re = re.compile("[" + "".join(re.escape(c) for c in sorted(firsts)) + "]") if firsts else None
         self._held = ""  # text not yet emitted (could still start a text marker)
         self._held_start = 0
         self._pos = 0  # offset of the next character to arrive
@@ -107,7 +109,10 @@ class MarkerLexer:
 
     def _tail_prefix_len(self, buf: str, lo: int) -> int:
         """Length of the longest tail of buf[lo:] that is a proper prefix of a marker."""
-        for k in range(min(self._max_prefix, len(buf) - lo), 0, -1):
-            if buf[-k:] in self._prefixes:
-                return k
+        n = len(buf)
+        m = self._first_re.search(buf, max(lo, n - self._max_prefix))
+        while m is not None:
+            if buf[m.start() :] in self._prefixes:
+                return n - m.start()
+            m = self._first_re.search(buf, m.start() + 1)
         return 0

@@ -98,10 +98,20 @@ def _tokenizer_resolver(models: str | None):
             path = Path(name)
             if not path.is_dir() and models:
                 path = Path(models) / name
-            cache[name] = load_tokenizer(path) if path.is_dir() else None
+            try:
+                cache[name] = load_tokenizer(path)
+            except (OSError, ValueError, ImportError) as e:
+                print(f"chatsieve check: token mode skipped for tokenizer {name!r}: {e}", file=sys.stderr)
+                cache[name] = None
         return cache[name]
 
     return resolve
+
+
+_DELEGATED = {
+    "render": ("prompt", "render_main", "render a chat prompt: text and token ids"),
+    "serve": ("server", "serve_main", "OpenAI-compatible server in front of an engine"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,21 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--models", help="directory of tokenizers named by fixtures (default $CHATSIEVE_MODELS)")
     c.set_defaults(run=cmd_check)
 
-    for name, mod, fn, help_ in (
-        ("render", "prompt", "render_main", "render a chat prompt: text and token ids"),
-        ("serve", "server", "serve_main", "OpenAI-compatible server in front of an engine"),
-    ):
-        s = sub.add_parser(name, help=help_, add_help=False)
-        s.add_argument("rest", nargs=argparse.REMAINDER)
-        s.set_defaults(run=None, module=mod, fn=fn)
+    for name, (_, _, help_) in _DELEGATED.items():
+        sub.add_parser(name, help=help_, add_help=False)
 
+    if argv and argv[0] in _DELEGATED:  # these subcommands parse their own options
+        import importlib
+
+        module, fn, _ = _DELEGATED[argv[0]]
+        return getattr(importlib.import_module(f"chatsieve.{module}"), fn)(argv[1:])
     args = ap.parse_args(argv)
     try:
-        if args.run is None:
-            import importlib
-
-            module = importlib.import_module(f"chatsieve.{args.module}")
-            return getattr(module, args.fn)(args.rest)
         return args.run(args)
     except UsageError as e:
         print(f"chatsieve {args.cmd}: error: {e}", file=sys.stderr)

@@ -1,0 +1,481 @@
+"""Engine clients: send the prompt's token ids, stream back generated token ids and logprobs.
+
+One reader per wire protocol (sans-I/O: a decoded SSE event in, a TokenBatch out) and one
+`Backend` that does the HTTP over a shared, pooled httpx.AsyncClient.
+
+Wire formats (checked against the engines' docs and sources):
+
+- ``vllm``: ``POST {URL}/v1/completions`` with ``prompt`` = token ids, ``return_token_ids``
+  (vLLM >= 0.10.2), ``skip_special_tokens: false``, ``stop_token_ids``; each chunk's
+  ``choices[0].token_ids`` holds that chunk's new ids; logprobs in ``choices[0].logprobs``
+  (``token_logprobs``, ``top_logprobs`` keyed ``token_id:N`` thanks to
+  ``return_tokens_as_token_ids``); ``finish_reason`` on the last chunk; ``data: [DONE]``.
+- ``sglang``: ``POST {URL}/generate`` with ``input_ids`` and ``sampling_params``; each event has
+  ``output_ids`` and ``meta_info`` (``completion_tokens``, ``finish_reason: {"type": ...}``,
+  ``output_token_logprobs`` as ``[logprob, id, text]``). Depending on version and the
+  ``incremental_streaming_output`` server flag, ``output_ids`` (and, separately, the logprob
+  lists) are either cumulative or only the new ids; the reader tells them apart with
+  ``meta_info.completion_tokens`` (cumulative: it equals ``len(output_ids)``; incremental: it
+  equals the ids seen so far plus ``len(output_ids)``), falling back to a prefix check, and
+  always takes the logprob lists' tail.
+- ``llamacpp``: ``POST {URL}/completion`` with ``prompt`` = token ids, ``return_tokens``;
+  each event has ``tokens`` and, with ``n_probs``, ``completion_probabilities``; the last has
+  ``stop: true`` and ``stop_type`` (``limit`` = length). No ``[DONE]``; a failure mid-stream
+  comes as an ``error: {...}`` line instead of ``data:``.
+
+Stop strings are deliberately not sent to the engines: chatsieve cuts them locally (on text
+decoded from ids, with gating semantics the engines do not share) and cancels the request.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from chatsieve.events import TokenLogprob
+
+KINDS = ("vllm", "sglang", "llamacpp")
+NO_LOGPROB = -9999.0  # stands in for -inf / missing, which JSON cannot carry
+
+
+class BackendError(Exception):
+    """The engine was unreachable, failed, or sent something chatsieve cannot read.
+
+    `status` is the engine's HTTP status when it refused the request outright (a 400 there,
+    e.g. a prompt longer than the context, is the client's problem, not a gateway failure).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    prompt_token_ids: list[int]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+    top_logprobs: int | None = None  # None: no logprobs; k: the sampled token's plus k alternatives
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBatch:
+    token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    finish_reason: str | None = None  # "stop" | "length" on the engine's last event
+
+
+TokenText = Callable[[int], str]
+
+
+# ---------------------------------------------------------------- readers
+
+
+class _Reader:
+    finished = False
+
+    def __init__(self, token_text: TokenText) -> None:
+        self.token_text = token_text
+
+    def read(self, event: dict) -> TokenBatch | None:
+        raise NotImplementedError
+
+    def _lp(self, token_id: int, logprob: Any, top: list[tuple[int | str, Any]]) -> TokenLogprob:
+        alts = []
+        for key, value in top:
+            text = self.token_text(key) if isinstance(key, int) else key
+            alts.append((text, _float(value)))
+        return TokenLogprob(token_id, self.token_text(token_id), _float(logprob), tuple(alts))
+
+
+class VllmReader(_Reader):
+    def read(self, event: dict) -> TokenBatch | None:
+        _raise_error_event(event)
+        choices = event.get("choices")
+        if choices == [] and "usage" in event:
+            return None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise BackendError(f"vllm backend sent a chunk without choices: {_short(event)}")
+        choice = choices[0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            if choice.get("text") or choice.get("finish_reason") is None:
+                raise BackendError(
+                    "vllm backend sent no token_ids: it must support return_token_ids (vLLM >= 0.10.2)"
+                )
+            ids = []
+        ids = _ids(ids, "vllm")
+        logprobs = None
+        lp = choice.get("logprobs")
+        if isinstance(lp, dict) and ids:
+            values = lp.get("token_logprobs") or []
+            tops = lp.get("top_logprobs") or []
+            logprobs = tuple(
+                self._lp(
+                    tid,
+                    values[i] if i < len(values) else None,
+                    _vllm_top(tops[i] if i < len(tops) else None),
+                )
+                for i, tid in enumerate(ids)
+            )
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            self.finished = True
+            if reason not in ("stop", "length"):
+                raise BackendError(f"vllm backend ended the request: finish_reason {reason!r}")
+        return TokenBatch(tuple(ids), logprobs, reason)
+
+
+def _vllm_top(top: Any) -> list[tuple[int | str, Any]]:
+    if not isinstance(top, dict):
+        return []
+    out: list[tuple[int | str, Any]] = []
+    for key, value in sorted(top.items(), key=lambda kv: -_float(kv[1])):
+        if isinstance(key, str) and key.startswith("token_id:") and key[9:].lstrip("-").isdigit():
+            out.append((int(key[9:]), value))
+        else:
+            out.append((str(key), value))
+    return out
+
+
+class SglangReader(_Reader):
+    def __init__(self, token_text: TokenText) -> None:
+        super().__init__(token_text)
+        self.ids: list[int] = []
+        self.mode: str | None = None  # "cumulative" | "incremental" once known
+
+    def read(self, event: dict) -> TokenBatch | None:
+        _raise_error_event(event)
+        meta = event.get("meta_info")
+        if not isinstance(meta, dict):
+            raise BackendError(f"sglang backend sent an event without meta_info: {_short(event)}")
+        raw = event.get("output_ids")
+        if raw is None:
+            raise BackendError("sglang backend sent no output_ids")
+        new = self._new_ids(_ids(raw, "sglang"), meta.get("completion_tokens"))
+        self.ids.extend(new)
+        logprobs = None
+        values = meta.get("output_token_logprobs")
+        if isinstance(values, list) and new:
+            tops = meta.get("output_top_logprobs")
+            values = values[-len(new) :]
+            tops = tops[-len(new) :] if isinstance(tops, list) and len(tops) >= len(new) else []
+            logprobs = tuple(
+                self._lp(
+                    tid,
+                    _sglang_value(values[i]) if i < len(values) else None,
+                    [(_sglang_id(t), _sglang_value(t)) for t in (tops[i] or [])] if i < len(tops) else [],
+                )
+                for i, tid in enumerate(new)
+            )
+        reason = meta.get("finish_reason")
+        if isinstance(reason, dict):
+            reason = reason.get("type")
+        if reason is not None:
+            self.finished = True
+            if reason == "abort":
+                message = (
+                    meta["finish_reason"].get("message") if isinstance(meta["finish_reason"], dict) else ""
+                )
+                raise BackendError(f"sglang backend aborted the request: {message}")
+            reason = "length" if reason == "length" else "stop"
+        return TokenBatch(tuple(new), logprobs, reason)
+
+    def _new_ids(self, ids: list[int], total: Any) -> list[int]:
+        seen = len(self.ids)
+        mode = self.mode
+        if mode is None and seen:
+            cumulative = len(ids) >= seen and ids[:seen] == self.ids
+            incremental = True
+            if isinstance(total, int) and not isinstance(total, bool):
+                cumulative = cumulative and total == len(ids)
+                incremental = total == seen + len(ids)
+            if cumulative and not incremental:
+                mode = self.mode = "cumulative"
+            elif incremental and not cumulative:
+                mode = self.mode = "incremental"
+            elif cumulative:
+                mode = "cumulative"  # ambiguous event: a prefix match is the stronger evidence
+            else:
+                raise BackendError(
+                    "sglang backend sent output_ids that neither extend nor follow the previous ones"
+                )
+        if mode == "cumulative":
+            if len(ids) < seen or (seen and ids[seen - 1] != self.ids[-1]):
+                raise BackendError("sglang backend's cumulative output_ids shrank or changed")
+            return ids[seen:]
+        return ids
+
+
+def _sglang_value(entry: Any) -> Any:
+    return entry[0] if isinstance(entry, list | tuple) and entry else None
+
+
+def _sglang_id(entry: Any) -> int | str:
+    if isinstance(entry, list | tuple) and len(entry) > 1 and isinstance(entry[1], int):
+        return entry[1]
+    if isinstance(entry, list | tuple) and len(entry) > 2 and isinstance(entry[2], str):
+        return entry[2]
+    return ""
+
+
+class LlamacppReader(_Reader):
+    def read(self, event: dict) -> TokenBatch | None:
+        _raise_error_event(event)
+        ids = event.get("tokens")
+        if ids is None:
+            if event.get("content") or not event.get("stop"):
+                raise BackendError("llamacpp backend sent no tokens: it must support return_tokens")
+            ids = []
+        ids = _ids(ids, "llamacpp")
+        logprobs = None
+        probs = event.get("completion_probabilities")
+        if isinstance(probs, list) and ids:
+            entries = probs[-len(ids) :]
+            logprobs = tuple(
+                self._lp(
+                    tid,
+                    entries[i].get("logprob") if i < len(entries) and isinstance(entries[i], dict) else None,
+                    [
+                        (
+                            t.get("id") if isinstance(t.get("id"), int) else str(t.get("token", "")),
+                            t.get("logprob"),
+                        )
+                        for t in (entries[i].get("top_logprobs") or [])
+                        if isinstance(t, dict)
+                    ]
+                    if i < len(entries) and isinstance(entries[i], dict)
+                    else [],
+                )
+                for i, tid in enumerate(ids)
+            )
+        reason = None
+        if event.get("stop") is True:
+            self.finished = True
+            reason = "length" if event.get("stop_type") == "limit" else "stop"
+        return TokenBatch(tuple(ids), logprobs, reason)
+
+
+def _raise_error_event(event: dict) -> None:
+    err = event.get("error")
+    if err:
+        raise BackendError(f"backend reported an error: {_error_text(err)}")
+    if event.get("object") == "error":
+        raise BackendError(f"backend reported an error: {event.get('message', '')}")
+
+
+def _ids(value: Any, kind: str) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise BackendError(f"{kind} backend sent token ids that are not a list of integers: {_short(value)}")
+    return value
+
+
+def _float(value: Any) -> float:
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and value == value
+        and abs(value) != float("inf")
+    ):
+        return float(value)
+    return NO_LOGPROB
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _error_text(err: Any) -> str:
+    if isinstance(err, dict):
+        return str(err.get("message") or _short(err))
+    return _short(err)
+
+
+# ---------------------------------------------------------------- payloads
+
+
+def vllm_payload(req: GenerationRequest, model: str | None) -> dict:
+    p: dict[str, Any] = {
+        "prompt": req.prompt_token_ids,
+        "stream": True,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+        "max_tokens": req.max_tokens,  # null: up to the context length (vLLM's default would be 16)
+        "stop_token_ids": list(req.stop_token_ids),
+    }
+    if model:
+        p["model"] = model
+    _put(p, temperature=req.temperature, top_p=req.top_p, seed=req.seed)
+    if req.top_logprobs is not None:
+        p["logprobs"] = req.top_logprobs
+        p["return_tokens_as_token_ids"] = True
+    return p
+
+
+def sglang_payload(req: GenerationRequest, model: str | None) -> dict:
+    params: dict[str, Any] = {
+        "max_new_tokens": req.max_tokens,
+        "stop_token_ids": list(req.stop_token_ids),
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+    }
+    _put(params, temperature=req.temperature, top_p=req.top_p, sampling_seed=req.seed)
+    p: dict[str, Any] = {"input_ids": req.prompt_token_ids, "sampling_params": params, "stream": True}
+    if req.top_logprobs is not None:
+        p.update(return_logprob=True, top_logprobs_num=req.top_logprobs, logprob_start_len=-1)
+    return p
+
+
+def llamacpp_payload(req: GenerationRequest, model: str | None) -> dict:
+    p: dict[str, Any] = {
+        "prompt": req.prompt_token_ids,
+        "stream": True,
+        "return_tokens": True,
+        "n_predict": req.max_tokens if req.max_tokens is not None else -1,
+        "cache_prompt": True,
+    }
+    _put(p, temperature=req.temperature, top_p=req.top_p, seed=req.seed)
+    if req.top_logprobs is not None:
+        p["n_probs"] = max(1, req.top_logprobs)  # 0 would return no probabilities at all
+    return p
+
+
+def _put(d: dict, **values: Any) -> None:
+    d.update({k: v for k, v in values.items() if v is not None})
+
+
+_PROTOCOLS: dict[str, tuple[str, Callable[[GenerationRequest, str | None], dict], type[_Reader]]] = {
+    "vllm": ("/v1/completions", vllm_payload, VllmReader),
+    "sglang": ("/generate", sglang_payload, SglangReader),
+    "llamacpp": ("/completion", llamacpp_payload, LlamacppReader),
+}
+
+
+# ---------------------------------------------------------------- HTTP
+
+
+class Backend:
+    """Streams token batches for one generation from an engine over `client`."""
+
+    def __init__(
+        self,
+        kind: str,
+        base_url: str,
+        client: httpx.AsyncClient,
+        token_text: TokenText,
+        *,
+        model: str | None = None,
+    ) -> None:
+        if kind not in _PROTOCOLS:
+            raise ValueError(f"unknown backend kind {kind!r}; known: {', '.join(KINDS)}")
+        self.kind = kind
+        path, self._payload, self._reader = _PROTOCOLS[kind]
+        self.url = base_url.rstrip("/") + path
+        self.client = client
+        self.model = model
+        self.token_text = functools.lru_cache(maxsize=1 << 16)(token_text)
+
+    def payload(self, req: GenerationRequest) -> dict:
+        return self._payload(req, self.model)
+
+    async def generate(self, req: GenerationRequest) -> AsyncIterator[TokenBatch]:
+        """Yield token batches until the engine finishes; raise BackendError on any failure.
+
+        Closing the iterator early (client gone, local stop) closes the engine connection,
+        which vLLM, SGLang and llama.cpp all treat as an abort.
+        """
+        reader = self._reader(self.token_text)
+        try:
+            async with self.client.stream("POST", self.url, json=self.payload(req)) as resp:
+                if resp.status_code != 200:
+                    body = await resp.aread()
+                    hint = " (is --backend-kind right?)" if resp.status_code in (404, 405) else ""
+                    raise BackendError(
+                        f"{self.kind} backend at {self.url} returned HTTP {resp.status_code}: "
+                        f"{_body_message(body)}{hint}",
+                        status=resp.status_code,
+                    )
+                events = 0
+                async for field, data in _sse_data(resp):
+                    events += 1
+                    if field == "error":
+                        raise _error_line(self.kind, data)
+                    if data == "[DONE]":
+                        break
+                    try:
+                        event = json.loads(data)
+                    except ValueError:
+                        raise BackendError(f"{self.kind} backend sent invalid JSON: {_short(data)}") from None
+                    if not isinstance(event, dict):
+                        raise BackendError(f"{self.kind} backend sent a non-object event: {_short(data)}")
+                    batch = reader.read(event)
+                    if batch is not None and (batch.token_ids or batch.finish_reason):
+                        yield batch
+                    if reader.finished and self.kind == "llamacpp":
+                        break
+                if not events:
+                    raise BackendError(
+                        f"{self.kind} backend at {self.url} sent no server-sent events (is --backend-kind right?)"
+                    )
+                if not reader.finished:
+                    raise BackendError(f"{self.kind} backend closed the stream before finishing")
+        except httpx.TimeoutException:
+            raise BackendError(f"timed out waiting for the {self.kind} backend at {self.url}") from None
+        except httpx.ConnectError as e:
+            raise BackendError(f"cannot reach the {self.kind} backend at {self.url}: {e}") from None
+        except httpx.HTTPError as e:
+            raise BackendError(
+                f"lost the {self.kind} backend at {self.url}: {e or type(e).__name__}"
+            ) from None
+
+
+async def _sse_data(resp: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """(field, data) of each server-sent event: field "data", or "error" for the
+    ``error: {...}`` lines llama.cpp sends for a failure mid-stream."""
+    lines: list[str] = []
+    async for line in resp.aiter_lines():
+        if not line:
+            if lines:
+                yield "data", "\n".join(lines)
+                lines = []
+        elif line.startswith("data:"):
+            lines.append(line[5:].lstrip(" "))
+        elif line.startswith("error:"):
+            yield "error", line[6:].strip()
+        # other fields (event:, id:, retry:) and comments are ignored
+    if lines:
+        yield "data", "\n".join(lines)
+
+
+def _error_line(kind: str, data: str) -> BackendError:
+    try:
+        err = json.loads(data)
+    except ValueError:
+        err = data
+    code = err.get("code") if isinstance(err, dict) else None
+    status = code if isinstance(code, int) and not isinstance(code, bool) else None
+    return BackendError(f"{kind} backend reported an error: {_error_text(err)}", status=status)
+
+
+def _body_message(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return _short(body.decode("utf-8", "replace")) or "(empty body)"
+    if isinstance(data, dict):
+        if "error" in data:
+            return _error_text(data["error"])
+        if "message" in data:
+            return str(data["message"])
+        if "detail" in data:
+            return _short(data["detail"])
+    return _short(data)

@@ -1,0 +1,361 @@
+"""Loopback test engines speaking the vLLM, SGLang and llama.cpp streaming protocols.
+
+One `FakeEngine` serves all three routes (``/v1/completions``, ``/generate``, ``/completion``)
+and replays scripted token ids: it decodes the request's prompt ids and plays the script whose
+key occurs in the prompt text, in batches, the way that engine streams. `ServerThread` runs any
+ASGI app with uvicorn on 127.0.0.1, port 0, and stops it on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class Script:
+    token_ids: list[int]
+    finish_reason: str = "stop"  # what the engine reports when the ids run out
+    batch: int = 1  # ids per streamed event
+    fail: str | None = None  # None | "status" | "reject" | "garbage" | "truncate" | "error_event"
+    delay: float = 0.0  # seconds between events (to leave room for a disconnect)
+
+
+def fake_logprob(token_id: int) -> float:
+    """The deterministic logprob the fake engines report for a sampled token."""
+    return -0.25 * ((token_id % 4) + 1)
+
+
+def fake_top(token_id: int, k: int) -> list[tuple[int, float]]:
+    """k alternatives, the sampled token first."""
+    lp = fake_logprob(token_id)
+    return [(token_id + j, lp - j) for j in range(k)]
+
+
+class FakeEngine:
+    """Replays `scripts` (keyed by a string found in the decoded prompt) over three protocols."""
+
+    def __init__(
+        self,
+        decode: Callable[[Sequence[int]], str],
+        scripts: dict[str, Script] | None = None,
+        *,
+        sglang_cumulative: bool = False,
+    ) -> None:
+        self.decode = decode
+        self.scripts: dict[str, Script] = dict(scripts or {})
+        self.sglang_cumulative = sglang_cumulative
+        self.requests: list[tuple[str, dict]] = []
+        self.outcomes: dict[str, str] = {}  # script key -> "complete" | "cancelled"
+        self._outcome_events: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.app = Starlette(
+            routes=[
+                Route("/v1/completions", self._vllm, methods=["POST"]),
+                Route("/generate", self._sglang, methods=["POST"]),
+                Route("/completion", self._llamacpp, methods=["POST"]),
+            ]
+        )
+
+    def outcome(self, key: str, timeout: float = 20.0) -> str | None:
+        """Wait for the request playing `key` to end; "complete", "cancelled" or None."""
+        with self._lock:
+            ev = self._outcome_events.setdefault(key, threading.Event())
+        ev.wait(timeout)
+        return self.outcomes.get(key)
+
+    # ------------------------------------------------------------ helpers
+
+    def _pick(self, prompt_ids: list[int]) -> tuple[str, Script]:
+        text = self.decode(prompt_ids)
+        matches = [k for k in self.scripts if k in text]
+        if not matches:
+            raise LookupError(f"no script for prompt ...{text[-200:]!r}")
+        key = max(matches, key=len)
+        return key, self.scripts[key]
+
+    def _done(self, key: str, outcome: str) -> None:
+        with self._lock:
+            self.outcomes[key] = outcome
+            self._outcome_events.setdefault(key, threading.Event()).set()
+
+    async def _start(
+        self, request: Request, path: str, prompt_field: str
+    ) -> tuple[dict, str, Script, list[int]] | Response:
+        payload = await request.json()
+        self.requests.append((path, payload))
+        prompt = payload.get(prompt_field)
+        if not isinstance(prompt, list) or not all(isinstance(i, int) for i in prompt):
+            return JSONResponse({"error": {"message": f"{prompt_field} must be token ids"}}, status_code=400)
+        try:
+            key, script = self._pick(prompt)
+        except LookupError as e:
+            return JSONResponse({"error": {"message": str(e)}}, status_code=404)
+        if script.fail == "status":
+            return JSONResponse({"error": {"message": "engine exploded", "code": 500}}, status_code=500)
+        if script.fail == "reject":
+            message = "This model's maximum context length is 8 tokens"
+            return JSONResponse({"object": "error", "message": message, "code": 400}, status_code=400)
+        return payload, key, script, prompt
+
+    def _play(
+        self, script: Script, max_tokens: int | None, stop_ids: Sequence[int]
+    ) -> tuple[list[list[int]], str]:
+        """The batches to stream and the finish reason, honouring stop ids and max tokens."""
+        ids = list(script.token_ids)
+        reason = script.finish_reason
+        for i, t in enumerate(ids):
+            if t in stop_ids:
+                ids = ids[: i + 1]
+                reason = "stop"
+                break
+        if max_tokens is not None and max_tokens < len(ids):
+            ids, reason = ids[:max_tokens], "length"
+        batches = [ids[i : i + script.batch] for i in range(0, len(ids), script.batch)] or [[]]
+        return batches, reason
+
+    def _stream(self, key: str, script: Script, events: AsyncIterator[str]) -> StreamingResponse:
+        async def body() -> AsyncIterator[bytes]:
+            outcome = "cancelled"
+            try:
+                async for data in events:
+                    if script.delay:
+                        await asyncio.sleep(script.delay)
+                    field = "" if data.startswith("error: ") else "data: "
+                    yield f"{field}{data}\n\n".encode()
+                outcome = "complete"
+            finally:
+                self._done(key, outcome)
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    # ------------------------------------------------------------ vLLM
+
+    async def _vllm(self, request: Request) -> Response:
+        started = await self._start(request, "/v1/completions", "prompt")
+        if isinstance(started, Response):
+            return started
+        payload, key, script, prompt = started
+        batches, reason = self._play(script, payload.get("max_tokens"), payload.get("stop_token_ids") or [])
+        k = payload.get("logprobs")
+        as_ids = payload.get("return_tokens_as_token_ids")
+        rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+
+        async def events() -> AsyncIterator[str]:
+            n = len(batches)
+            for i, ids in enumerate(batches):
+                if script.fail == "garbage":
+                    yield "this is not json"
+                    return
+                if script.fail == "truncate" and i >= max(1, n // 2):
+                    return
+                if script.fail == "error_event" and i == 1:
+                    yield json.dumps({"error": {"message": "CUDA out of memory", "code": 500}})
+                    yield "[DONE]"
+                    return
+                choice = {
+                    "index": 0,
+                    "text": self.decode(ids),
+                    "token_ids": ids,
+                    "logprobs": None,
+                    "finish_reason": reason if i == n - 1 else None,
+                    "stop_reason": None,
+                }
+                if i == 0:
+                    choice["prompt_token_ids"] = prompt
+                if k is not None:
+                    name = (lambda t: f"token_id:{t}") if as_ids else (lambda t: self.decode([t]))
+                    choice["logprobs"] = {
+                        "text_offset": [0] * len(ids),
+                        "token_logprobs": [fake_logprob(t) for t in ids],
+                        "tokens": [name(t) for t in ids],
+                        "top_logprobs": [{name(a): v for a, v in fake_top(t, max(k, 1))} for t in ids],
+                    }
+                chunk = {
+                    "id": rid,
+                    "object": "text_completion",
+                    "created": created,
+                    "model": "fake",
+                    "choices": [choice],
+                }
+                yield json.dumps(chunk)
+            yield "[DONE]"
+
+        return self._stream(key, script, events())
+
+    # ------------------------------------------------------------ SGLang
+
+    async def _sglang(self, request: Request) -> Response:
+        started = await self._start(request, "/generate", "input_ids")
+        if isinstance(started, Response):
+            return started
+        payload, key, script, prompt = started
+        params = payload.get("sampling_params") or {}
+        batches, reason = self._play(script, params.get("max_new_tokens"), params.get("stop_token_ids") or [])
+        want_lp = payload.get("return_logprob")
+        k = payload.get("top_logprobs_num") or 0
+        rid = uuid.uuid4().hex
+        cumulative = self.sglang_cumulative
+
+        async def events() -> AsyncIterator[str]:
+            n = len(batches)
+            seen: list[int] = []
+            for i, ids in enumerate(batches):
+                if script.fail == "garbage":
+                    yield "<html>bad gateway</html>"
+                    return
+                if script.fail == "truncate" and i >= max(1, n // 2):
+                    return
+                if script.fail == "error_event" and i == 1:
+                    yield json.dumps({"error": {"message": "CUDA out of memory"}})
+                    return
+                seen.extend(ids)
+                out = list(seen) if cumulative else ids
+                finish = None
+                if i == n - 1:
+                    finish = (
+                        {"type": "length", "length": len(seen)}
+                        if reason == "length"
+                        else {"type": "stop", "matched": seen[-1] if seen else None}
+                    )
+                meta = {
+                    "id": rid,
+                    "finish_reason": finish,
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": len(seen),
+                    "cached_tokens": 0,
+                }
+                if want_lp:
+                    meta["output_token_logprobs"] = [[fake_logprob(t), t, None] for t in out]
+                    meta["output_top_logprobs"] = [[[v, a, None] for a, v in fake_top(t, k)] for t in out]
+                yield json.dumps({"text": self.decode(seen), "output_ids": out, "meta_info": meta})
+            yield "[DONE]"
+
+        return self._stream(key, script, events())
+
+    # ------------------------------------------------------------ llama.cpp
+
+    async def _llamacpp(self, request: Request) -> Response:
+        started = await self._start(request, "/completion", "prompt")
+        if isinstance(started, Response):
+            return started
+        payload, key, script, prompt = started
+        n_predict = payload.get("n_predict")
+        batches, reason = self._play(script, None if n_predict in (None, -1) else n_predict, [])
+        k = payload.get("n_probs") or 0
+
+        def entry(t: int) -> dict:
+            text = self.decode([t])
+            return {"id": t, "token": text, "bytes": list(text.encode()), "logprob": fake_logprob(t)}
+
+        async def events() -> AsyncIterator[str]:
+            n = len(batches)
+            produced = 0
+            for i, ids in enumerate(batches):
+                if script.fail == "garbage":
+                    yield "{not json"
+                    return
+                if script.fail == "truncate" and i >= max(1, n // 2):
+                    return
+                if script.fail == "error_event" and i == 1:
+                    # llama.cpp sends a mid-stream failure as an `error:` field, not `data:`
+                    yield "error: " + json.dumps(
+                        {"code": 500, "message": "slot crashed", "type": "server_error"}
+                    )
+                    return
+                produced += len(ids)
+                event = {
+                    "index": 0,
+                    "content": self.decode(ids),
+                    "tokens": ids,
+                    "stop": False,
+                    "id_slot": 0,
+                    "tokens_predicted": produced,
+                    "tokens_evaluated": len(prompt),
+                }
+                if k:
+                    event["completion_probabilities"] = [
+                        {**entry(t), "top_logprobs": [{**entry(a), "logprob": v} for a, v in fake_top(t, k)]}
+                        for t in ids
+                    ]
+                yield json.dumps(event)
+            yield json.dumps(
+                {
+                    "index": 0,
+                    "content": "",
+                    "tokens": [],
+                    "stop": True,
+                    "stop_type": "limit" if reason == "length" else "eos",
+                    "stopping_word": "",
+                    "tokens_predicted": produced,
+                    "tokens_evaluated": len(prompt),
+                    "truncated": False,
+                }
+            )
+
+        return self._stream(key, script, events())
+
+
+class ServerThread:
+    """Runs an ASGI app with uvicorn on 127.0.0.1:0 in a thread; `.url` once entered."""
+
+    def __init__(self, app, *, lifespan: str = "on") -> None:
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan=lifespan,
+            loop="asyncio",
+            http="h11",
+            ws="none",
+            timeout_graceful_shutdown=5,
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("test server failed to start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def spelled(encode: Callable[[str], list[int]], text: str, delimiters: Sequence[str]) -> list[int]:
+    """Ids for `text` with every delimiter spelled from ordinary sub-word pieces (as an echoed
+    tool result would be), never as its added-token id: each delimiter is encoded in two halves."""
+    ids: list[int] = []
+    rest = text
+    while rest:
+        hits = [(rest.find(d), d) for d in delimiters if d in rest]
+        if not hits:
+            ids += encode(rest)
+            break
+        at, d = min(hits)
+        if at:
+            ids += encode(rest[:at])
+        half = max(1, len(d) // 2)
+        ids += encode(d[:half]) + encode(d[half:])
+        rest = rest[at + len(d) :]
+    return ids

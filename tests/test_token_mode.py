@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import warnings
 
+import models
 import pytest
 
 from chatsieve import ContentDelta, StreamParser, TokenLogprob, ToolCallStart, parse
 from chatsieve.fixtures import encode_spelled
-
-import models
 
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 

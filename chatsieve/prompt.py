@@ -1,0 +1,664 @@
+"""Builds prompts: renders a chat template, tokenizes it, and keeps delimiter ids out of content.
+
+`render_prompt` gives the text and token ids transformers' `apply_chat_template` gives, except
+that a delimiter (e.g. `<tool_call>`) spelled inside caller-supplied strings is tokenized as
+ordinary sub-word pieces, so the model never reads it as the control token.
+
+Isolation, precisely:
+
+* Scope: every string the caller supplies in `messages` (content, text parts, reasoning, tool
+  results, tool-call arguments, names), `tools` and `documents` -- but not dict keys and not
+  template variables (`bos_token`, `enable_thinking`, ...). The template's own text keeps its ids.
+* Delimiters: `markers` if given, else the format's `delimiters` (`chatsieve.formats`), else every
+  added token of the tokenizer. Only delimiters that are added tokens can become a single id, so
+  only those are isolated (a delimiter string that merely *contains* an added token isolates that
+  token); whitespace-only added tokens are never isolated. Each must encode to exactly its id.
+* Method: the prompt is rendered twice, once as given and once with every delimiter occurrence in
+  those strings wrapped in private-use marker characters (never present in the input or the
+  template: a forged marker makes another one be chosen). Removing the markers from the second
+  rendering must give the first -- exactly, or up to whitespace only (a marker beside a delimiter
+  can stop a template's `strip()`; the non-whitespace characters are then matched one to one);
+  otherwise the template reacted to the markers (e.g. `content.startswith('<tool_call>')`) and
+  `PromptError` is raised (fail closed). A delimiter the template itself cut out of a string
+  (Qwen3 splitting assistant content at `</think>`) leaves lone markers that mark nothing.
+  The rendering is then encoded once with the real
+  tokenizer, with offsets. Every token whose id is a delimiter's and whose characters came from a
+  marked occurrence -- or were assembled across a boundary of a caller string (adjacent text parts,
+  a string and the template text; such strings carry an extra marker at that edge) -- is replaced
+  by the encoding of the same characters with a copy of the tokenizer that has no added tokens.
+* Guarantee: `Prompt.token_ids` equals the plain encoding of `Prompt.text` token for token,
+  except that each isolated delimiter token is replaced by its ordinary pieces; the replaced ranges
+  are `Prompt.isolated_spans`. Because the tokenizer already cuts the text at every added-token
+  match, no token straddles an isolated span's boundary and the tokens on either side are exactly
+  the plain tokens -- there is no boundary effect. Content without delimiters gives the plain ids.
+  No isolated span contains a delimiter id (checked after assembly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .tokenizer import Tokenizer, load_tokenizer
+
+__all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "render_main", "render_prompt", "render_text"]
+
+# The Gemma 4 template ends a thinking-off generation prompt with this empty thought channel.
+GEMMA4_EMPTY_THOUGHT = "<|channel>thought\n<channel|>"
+_GEMMA4_NAMES = frozenset({"gemma4", "gemma-4", "gemma_4"})
+
+# Fields a message's reasoning is passed under (transformers fills the first two from any of them).
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+# Marker characters are taken from the end of plane 16 (private use), skipping any in the input.
+_MARKER_SEARCH_START = 0x10FFFD
+
+
+class PromptError(ValueError):
+    """The prompt cannot be built as asked (bad template, unsafe isolation, unsupported option)."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A rendered prompt: its text, its token ids, and where isolated delimiters sit in the ids.
+
+    `isolated_spans` are [start, end) token index ranges of `token_ids`, each the ordinary pieces
+    that replaced one delimiter found in caller-supplied text. `token_ids` may be truncated (see
+    `render_prompt`); `text` is always the whole rendering.
+    """
+
+    text: str
+    token_ids: list[int]
+    isolated_spans: list[tuple[int, int]] = field(default_factory=list)
+
+
+# -- template context (mirrors transformers' apply_chat_template) -----------------------------
+
+
+def _plain(value: Any) -> Any:
+    """A fresh copy made of JSON-like types, as transformers hands data to the template."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):
+        return _plain(value.model_dump())
+    return f"<{type(value).__name__}>"  # an inert placeholder, as transformers renders unknown objects
+
+
+def _prepare_messages(messages: Sequence[Any]) -> list[dict]:
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise PromptError("messages must be a list of {'role': ..., 'content': ...} dicts")
+    if not messages:
+        raise PromptError("cannot render an empty conversation: give at least one message")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            m = _plain(m)
+        if not isinstance(m, Mapping):
+            raise PromptError(f"message {i} is a {type(m).__name__}, expected a dict with 'role' and 'content'")
+        # Drop None values (OpenAI clients send content=None, tool_calls=None): templates handle a
+        # missing key but often render "None".
+        m = _plain({k: v for k, v in m.items() if v is not None})
+        reasoning = next((m[k] for k in _REASONING_FIELDS if m.get(k) is not None), None)
+        if reasoning is not None:
+            m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        out.append(m)
+    return out
+
+
+def _as_tokenizer(tokenizer: Any) -> Tokenizer:
+    if isinstance(tokenizer, Tokenizer):
+        return tokenizer
+    try:
+        return load_tokenizer(tokenizer)
+    except (TypeError, ValueError, OSError) as e:
+        raise PromptError(f"cannot use tokenizer {tokenizer!r}: {e}") from e
+
+
+def _config_token(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _special_tokens_map(tok: Tokenizer | None) -> dict[str, str]:
+    if tok is None:
+        return {}
+    out = {}
+    for name in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        value = _config_token(tok.config.get(name))
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def _resolve_template(template: str | Path | None, tok: Tokenizer | None, tools: Any) -> str:
+    if isinstance(template, Path):
+        return template.read_text(encoding="utf-8")
+    if isinstance(template, str):
+        # A string is a file path when it has no Jinja syntax and names a file (or looks like a path).
+        if not any(t in template for t in ("{{", "{%", "{#", "\n")) and len(template) < 4096:
+            p = Path(template)
+            if p.is_file():
+                return p.read_text(encoding="utf-8")
+            if "/" in template or "\\" in template or p.suffix in (".jinja", ".j2", ".jinja2"):
+                raise PromptError(f"chat template file not found: {template}")
+        return template
+    if template is not None:
+        raise PromptError(f"template must be a path or a template string, got {type(template).__name__}")
+    if tok is not None:
+        named = getattr(tok, "chat_templates", None) or {}
+        if tools and "tool_use" in named:
+            return named["tool_use"]
+        if tok.chat_template:
+            return tok.chat_template
+    where = f" in {tok.path}" if tok is not None and tok.path else ""
+    raise PromptError(f"no chat template found{where}: pass template=PATH or a template string")
+
+
+def _render(source: str, messages: list, tools: Any, documents: Any, add_generation_prompt: bool,
+            variables: dict) -> str:
+    import jinja2
+
+    from .jinja_env import render_template
+
+    # The template gets fresh copies each time (a mutable-sandbox template may edit them).
+    context = {
+        **copy.deepcopy(variables),
+        "messages": copy.deepcopy(messages),
+        "tools": copy.deepcopy(tools),
+        "documents": copy.deepcopy(documents),
+        "add_generation_prompt": add_generation_prompt,
+    }
+    try:
+        return render_template(source, context)
+    except jinja2.exceptions.TemplateSyntaxError as e:
+        raise PromptError(f"chat template has a syntax error (line {e.lineno}): {e.message}") from e
+    except jinja2.exceptions.TemplateError as e:
+        raise PromptError(f"chat template refused the conversation: {e}") from e
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+        raise PromptError(f"chat template failed on this conversation: {type(e).__name__}: {e}") from e
+
+
+def _format_spec(format: str):
+    from . import formats
+
+    try:
+        return formats.get(format)
+    except (KeyError, ValueError) as e:
+        raise PromptError(str(e.args[0]) if e.args else f"unknown format {format!r}") from e
+
+
+def _is_gemma4(format: str | None) -> bool:
+    return format is not None and (format.lower() in _GEMMA4_NAMES or _format_spec(format).name in _GEMMA4_NAMES)
+
+
+def _drop_empty_thought(text: str, format: str | None, add_generation_prompt: bool,
+                        keep_empty_thinking: bool, variables: Mapping[str, Any]) -> str:
+    if (keep_empty_thinking or not add_generation_prompt or variables.get("enable_thinking")
+            or not _is_gemma4(format) or not text.endswith(GEMMA4_EMPTY_THOUGHT)):
+        return text
+    return text[: -len(GEMMA4_EMPTY_THOUGHT)]
+
+
+def _check_tokenizer_controls(padding: Any, return_tensors: Any, tokenizer_kwargs: Any) -> None:
+    for name, value in (("padding", padding), ("return_tensors", return_tensors),
+                        ("tokenizer_kwargs", tokenizer_kwargs)):
+        if value:
+            raise PromptError(
+                f"{name}={value!r} is not supported: it cannot be reproduced piecewise on an isolated "
+                f"prompt; pad or convert Prompt.token_ids yourself"
+            )
+
+
+def _prepare(messages, tokenizer, template, tools, documents, template_kwargs):
+    tok = _as_tokenizer(tokenizer) if tokenizer is not None else None
+    source = _resolve_template(template, tok, tools)
+    msgs = _prepare_messages(messages)
+    if tools is not None and not all(isinstance(t, Mapping) for t in tools):
+        raise PromptError("tools must be a list of OpenAI tool dicts ({'type': 'function', 'function': {...}})")
+    tools_p = _plain(list(tools)) if tools is not None else None
+    docs_p = _plain(list(documents)) if documents is not None else None
+    if docs_p is not None and not all(isinstance(d, dict) for d in docs_p):
+        raise PromptError("documents must be a list of dicts with 'title' and 'text' keys")
+    variables = {**_special_tokens_map(tok), **_plain(template_kwargs)}
+    return tok, source, msgs, tools_p, docs_p, variables
+
+
+def render_text(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tokenizer: Tokenizer | Any = None,
+    template: str | Path | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    documents: Sequence[Mapping[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    format: str | None = None,
+    keep_empty_thinking: bool = False,
+    **template_kwargs: Any,
+) -> str:
+    """The rendered prompt text only (no tokenization, no isolation).
+
+    `tokenizer` is optional here: it supplies the default template and `bos_token`/`eos_token`;
+    without one pass `template=` (and those variables as keywords if the template uses them).
+    """
+    tok, source, msgs, tools_p, docs_p, variables = _prepare(
+        messages, tokenizer, template, tools, documents, template_kwargs)
+    text = _render(source, msgs, tools_p, docs_p, add_generation_prompt, variables)
+    return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
+
+
+# -- isolation --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Delimiters:
+    ids: dict[str, int]           # delimiter text -> its added-token id
+    pattern: re.Pattern[str]      # longest first
+    prefixes: frozenset[str]      # proper prefixes, to find delimiters cut at a string's edge
+    suffixes: frozenset[str]
+    longest: int                  # length of the longest delimiter
+
+
+_DELIMITER_CACHE: dict[tuple[int, tuple[str, ...] | None], tuple[Any, _Delimiters | None]] = {}
+
+
+def _active_delimiters(tok: Tokenizer, format: str | None, markers: Sequence[str] | None) -> _Delimiters | None:
+    if markers is not None:
+        wanted: tuple[str, ...] | None = tuple(markers)
+    elif format is not None:
+        wanted = tuple(_format_spec(format).delimiters)
+    else:
+        wanted = None  # every added token
+    key = (id(tok.hf), wanted)
+    hit = _DELIMITER_CACHE.get(key)
+    if hit is not None and hit[0] is tok.hf:
+        return hit[1]
+    found = _find_delimiters(tok, wanted)
+    if len(_DELIMITER_CACHE) >= 32:
+        _DELIMITER_CACHE.pop(next(iter(_DELIMITER_CACHE)))
+    _DELIMITER_CACHE[key] = (tok.hf, found)
+    return found
+
+
+def _find_delimiters(tok: Tokenizer, wanted: tuple[str, ...] | None) -> _Delimiters | None:
+    added = tok.added_tokens()
+    if wanted is None:
+        wanted = tuple(added)
+    chosen: dict[str, int] = {}
+    for text in wanted:
+        if not isinstance(text, str) or not text or text.isspace():
+            continue
+        if text in added:
+            chosen[text] = added[text]
+        else:
+            # A delimiter that is not itself an added token can only carry an added token inside it.
+            for content, i in added.items():
+                if content and not content.isspace() and content in text:
+                    chosen[content] = i
+    if not chosen:
+        return None
+    for text, i in chosen.items():
+        got = tok.encode(text)
+        if got != [i]:
+            raise PromptError(
+                f"delimiter {text!r} does not encode to its single token id {i} (got {got}); "
+                "cannot isolate it safely"
+            )
+    longest_first = sorted(chosen, key=len, reverse=True)
+    return _Delimiters(
+        ids=chosen,
+        pattern=re.compile("|".join(map(re.escape, longest_first))),
+        prefixes=frozenset(d[:k] for d in chosen for k in range(1, len(d))),
+        suffixes=frozenset(d[k:] for d in chosen for k in range(1, len(d))),
+        longest=max(map(len, chosen)),
+    )
+
+
+def _strings(obj: Any):
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from _strings(v)
+
+
+@dataclass(frozen=True)
+class _Markers:
+    open: str   # before a delimiter found in caller text
+    close: str  # after it
+    edge: str   # at the edge of a caller string that could complete a delimiter outside it
+
+    @property
+    def all(self) -> str:
+        return self.open + self.close + self.edge
+
+
+def _pick_markers(*texts: str) -> _Markers:
+    used = set()
+    for t in texts:
+        used.update(ch for ch in t if ord(ch) >= 0xF0000)
+    picked = []
+    cp = _MARKER_SEARCH_START
+    while len(picked) < 3:
+        if chr(cp) not in used:
+            picked.append(chr(cp))
+        cp -= 1
+    return _Markers(*picked)
+
+
+def _mark_string(s: str, delims: _Delimiters, mk: _Markers) -> tuple[str, bool]:
+    marked = delims.pattern.sub(lambda m: mk.open + m.group(0) + mk.close, s)
+    changed = marked != s
+    # Edge markers go inside surrounding whitespace, so strip()/trim in templates still work.
+    core = marked.strip()
+    if core:
+        lead = marked[: len(marked) - len(marked.lstrip())]
+        trail = marked[len(marked.rstrip()):]
+        longest = min(delims.longest, len(core) + 1)
+        head = any(core[:k] in delims.suffixes for k in range(1, longest))
+        tail = any(core[-k:] in delims.prefixes for k in range(1, longest))
+        if head or tail:
+            marked = lead + (mk.edge if head else "") + core + (mk.edge if tail else "") + trail
+            changed = True
+    return marked, changed
+
+
+def _mark(obj: Any, delims: _Delimiters, mk: _Markers, flag: list[bool]) -> Any:
+    if isinstance(obj, str):
+        marked, changed = _mark_string(obj, delims, mk)
+        if changed:
+            flag[0] = True
+        return marked
+    if isinstance(obj, dict):
+        return {k: _mark(v, delims, mk, flag) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_mark(v, delims, mk, flag) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_mark(v, delims, mk, flag) for v in obj)
+    return obj
+
+
+_STRIPPED_CACHE: dict[int, tuple[Any, Any]] = {}
+
+
+def _without_added_tokens(tok: Tokenizer):
+    """A copy of the `tokenizers` object with no added tokens: everything encodes as sub-words."""
+    hit = _STRIPPED_CACHE.get(id(tok.hf))
+    if hit is not None and hit[0] is tok.hf:
+        return hit[1]
+    from tokenizers import Tokenizer as HFTokenizer
+
+    try:
+        # Same model (shared, read-only), same normalizer/pre-tokenizer/decoder, no added vocabulary.
+        stripped = HFTokenizer(tok.hf.model)
+        stripped.normalizer = tok.hf.normalizer
+        stripped.pre_tokenizer = tok.hf.pre_tokenizer
+        stripped.post_processor = tok.hf.post_processor
+        stripped.decoder = tok.hf.decoder
+    except Exception:
+        stripped = None
+    try:
+        if stripped is None:  # a serialised copy, with its added tokens dropped
+            spec = json.loads(tok.hf.to_str())
+            spec["added_tokens"] = []
+            stripped = HFTokenizer.from_str(json.dumps(spec))
+        if stripped.get_added_tokens_decoder():
+            raise ValueError("the copy still has added tokens")
+    except Exception as e:
+        raise PromptError(
+            f"cannot copy the tokenizer to isolate delimiters ({type(e).__name__}: {e}); "
+            "pass isolate_markers=False to build the prompt without isolation"
+        ) from e
+    if len(_STRIPPED_CACHE) >= 8:
+        _STRIPPED_CACHE.pop(next(iter(_STRIPPED_CACHE)))
+    _STRIPPED_CACHE[id(tok.hf)] = (tok.hf, stripped)
+    return stripped
+
+
+def _encode_as_text(tok: Tokenizer, text: str, delims: _Delimiters) -> list[int]:
+    """Ordinary sub-word ids for `text` that decode back to it and hold no delimiter id."""
+    stripped = _without_added_tokens(tok)
+    forbidden = set(delims.ids.values())
+
+    def ok(ids: list[int]) -> bool:
+        return bool(ids) and not forbidden.intersection(ids) and tok.decode(ids) == text
+
+    # Encode after a newline and drop it again, so a SentencePiece-style tokenizer adds no
+    # leading space (as transformers' encode_marked_chat does).
+    nl = stripped.encode("\n", add_special_tokens=False).ids
+    ids = stripped.encode("\n" + text, add_special_tokens=False).ids
+    if nl and ids[: len(nl)] == nl and ok(ids[len(nl):]):
+        return ids[len(nl):]
+    ids = stripped.encode(text, add_special_tokens=False).ids
+    if ok(ids):
+        return ids
+    # Last resort: one character at a time (single characters never form a delimiter).
+    ids = []
+    for ch in text:
+        part = stripped.encode("\n" + ch, add_special_tokens=False).ids
+        part = part[len(nl):] if nl and part[: len(nl)] == nl else stripped.encode(ch, add_special_tokens=False).ids
+        ids.extend(part)
+    if ok(ids):
+        return ids
+    raise PromptError(
+        f"the tokenizer copy still encodes {text!r} with a delimiter id (or not back to the same "
+        "text); cannot isolate it: pass isolate_markers=False to opt out"
+    )
+
+
+def _align(real: str, marked: str, mk: _Markers) -> list[int | None] | None:
+    """For each character of `real`, its index in `marked`, or None if the renderings disagree.
+
+    Exact when `marked` minus the markers is `real`. Otherwise, when the two differ only in
+    whitespace (a marker next to the content blocked a template's strip()), the non-whitespace
+    characters are matched one to one, in order, and whitespace maps to None.
+    """
+    kept = [j for j, ch in enumerate(marked) if ch not in mk.all]
+    if "".join(marked[j] for j in kept) == real:
+        return kept
+    solid = [j for j in kept if not marked[j].isspace()]
+    real_solid = [i for i, ch in enumerate(real) if not ch.isspace()]
+    if len(solid) != len(real_solid) or any(real[i] != marked[j] for i, j in zip(real_solid, solid, strict=True)):
+        return None
+    pos: list[int | None] = [None] * len(real)
+    for i, j in zip(real_solid, solid, strict=True):
+        pos[i] = j
+    return pos
+
+
+def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: _Markers,
+             delims: _Delimiters) -> tuple[list[int], list[tuple[int, int]]]:
+    """Plain ids of `real`, with the delimiter tokens that came from caller text replaced."""
+    # Characters of `marked` that belong to a delimiter found in caller text: `open delim close`.
+    # A lone marker (the template split the string at the delimiter and dropped it) marks nothing.
+    from_caller = bytearray(len(marked))
+    pair = re.compile(re.escape(mk.open) + "(" + delims.pattern.pattern + ")" + re.escape(mk.close))
+    for m in pair.finditer(marked):
+        from_caller[m.start(1):m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
+    markers = set(mk.all)
+
+    enc = tok.hf.encode(real, add_special_tokens=False)
+    delimiter_ids = set(delims.ids.values())
+    ids: list[int] = []
+    spans: list[tuple[int, int]] = []
+    for tid, (a, b) in zip(enc.ids, enc.offsets, strict=True):
+        if tid in delimiter_ids:
+            where = [j for j in pos[a:b] if j is not None]
+            # From caller text, or assembled across the edge of a caller string (a marker sits
+            # between its characters); a delimiter we cannot place is treated as caller text.
+            if (not where or any(from_caller[j] for j in where)
+                    or not markers.isdisjoint(marked[where[0]:where[-1] + 1])):
+                pieces = _encode_as_text(tok, real[a:b], delims)
+                spans.append((len(ids), len(ids) + len(pieces)))
+                ids.extend(pieces)
+                continue
+        ids.append(tid)
+    # After assembly: no isolated span may hold a delimiter id.
+    for s, e in spans:
+        if delimiter_ids.intersection(ids[s:e]):  # pragma: no cover - _encode_as_text checks this
+            raise PromptError("an isolated span still holds a delimiter id; refusing to build the prompt")
+    return ids, spans
+
+
+def _truncate(ids: list[int], spans: list[tuple[int, int]], max_length: int, side: str):
+    if len(ids) <= max_length:
+        return ids, spans
+    if side == "left":
+        cut = len(ids) - max_length
+        ids = ids[cut:]
+        spans = [(max(s - cut, 0), e - cut) for s, e in spans if e - cut > 0]
+    else:
+        ids = ids[:max_length]
+        spans = [(s, min(e, max_length)) for s, e in spans if s < max_length]
+    return ids, spans
+
+
+def render_prompt(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tokenizer: Tokenizer | Any,
+    template: str | Path | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    documents: Sequence[Mapping[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    format: str | None = None,
+    isolate_markers: bool = True,
+    markers: Sequence[str] | None = None,
+    truncation: bool = False,
+    max_length: int | None = None,
+    keep_empty_thinking: bool = False,
+    padding: Any = False,
+    return_tensors: Any = None,
+    tokenizer_kwargs: Mapping[str, Any] | None = None,
+    **template_kwargs: Any,
+) -> Prompt:
+    """Render `messages` with the chat template and tokenize it, isolating delimiters in content.
+
+    `tokenizer`: a `chatsieve.tokenizer.Tokenizer`, a `tokenizers.Tokenizer`, or a directory.
+    `template`: a path or a template string; default the tokenizer's chat template.
+    `format`: the family (`chatsieve.formats` name) whose delimiters are isolated; `markers`
+    overrides that list; with neither, every added token of the tokenizer found in caller text
+    is isolated. `isolate_markers=False` gives exactly transformers' ids.
+    Gemma 4 with thinking off (`enable_thinking` false or absent): the template's trailing empty
+    thought channel (`GEMMA4_EMPTY_THOUGHT`) is removed from the generation prompt unless
+    `keep_empty_thinking=True`.
+    `truncation=True` cuts the assembled ids to `max_length` (default: the tokenizer's
+    model_max_length) on the tokenizer's truncation_side. Other keywords reach the template
+    (`enable_thinking=False`, ...). Raises `PromptError`.
+    """
+    _check_tokenizer_controls(padding, return_tensors, tokenizer_kwargs)
+    if tokenizer is None:
+        raise PromptError("render_prompt needs a tokenizer (use render_text for the text alone)")
+    tok, source, msgs, tools_p, docs_p, variables = _prepare(
+        messages, tokenizer, template, tools, documents, template_kwargs)
+
+    def finish(text: str) -> str:
+        return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
+
+    text = finish(_render(source, msgs, tools_p, docs_p, add_generation_prompt, variables))
+    delims = _active_delimiters(tok, format, markers) if isolate_markers else None
+
+    ids: list[int] | None = None
+    spans: list[tuple[int, int]] = []
+    if delims is not None:
+        mk = _pick_markers(source, text, *_strings(msgs), *_strings(tools_p), *_strings(docs_p),
+                           *_strings(variables))
+        flag = [False]
+        marked_msgs = _mark(msgs, delims, mk, flag)
+        marked_tools = _mark(tools_p, delims, mk, flag)
+        marked_docs = _mark(docs_p, delims, mk, flag)
+        if flag[0]:
+            marked = finish(_render(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
+                                    variables))
+            pos = _align(text, marked, mk)
+            if pos is None:
+                raise PromptError(
+                    "cannot isolate delimiters in this conversation: the chat template renders the "
+                    "content differently once its delimiters are marked (it inspects or rewrites them); "
+                    "remove the delimiters from the content, or pass isolate_markers=False"
+                )
+            ids, spans = _isolate(tok, text, marked, pos, mk, delims)
+    if ids is None:
+        ids = tok.encode(text)
+
+    if truncation:
+        limit = max_length if max_length is not None else tok.model_max_length
+        if limit is not None:
+            if limit < 0:
+                raise PromptError(f"max_length must be >= 0, got {limit}")
+            ids, spans = _truncate(ids, spans, limit, tok.truncation_side)
+    return Prompt(text=text, token_ids=ids, isolated_spans=spans)
+
+
+# -- CLI --------------------------------------------------------------------------------------
+
+
+def render_main(argv: Sequence[str] | None = None) -> int:
+    """`chatsieve render`: print {"text", "token_ids", "isolated_spans"} as JSON; errors exit 2."""
+    parser = argparse.ArgumentParser(
+        prog="chatsieve render",
+        description="Render a conversation with a model's chat template and print the prompt and its ids.")
+    parser.add_argument("messages", help="JSON file: a list of messages, or {\"messages\": [...], \"tools\": [...]}")
+    parser.add_argument("--model-dir", required=True, help="directory with tokenizer.json(.xz) and its config")
+    parser.add_argument("--format", help="family whose delimiters are isolated (e.g. qwen3, gemma4)")
+    parser.add_argument("--template", help="chat template file (default: the model directory's)")
+    parser.add_argument("--tools", help="JSON file with a list of OpenAI tool definitions")
+    parser.add_argument("--thinking", choices=("on", "off"), help="pass enable_thinking to the template")
+    parser.add_argument("--no-isolate", action="store_true", help="tokenize exactly as transformers would")
+    parser.add_argument("--keep-empty-thinking", action="store_true",
+                        help="keep Gemma 4's empty thought channel at the end of the prompt")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        try:
+            data = json.loads(Path(args.messages).read_text(encoding="utf-8"))
+            tools = json.loads(Path(args.tools).read_text(encoding="utf-8")) if args.tools else None
+        except (OSError, ValueError) as e:
+            raise PromptError(f"cannot read input: {e}") from e
+        if isinstance(data, dict):
+            tools = tools if tools is not None else data.get("tools")
+            data = data.get("messages")
+        kwargs: dict[str, Any] = {}
+        if args.thinking is not None:
+            kwargs["enable_thinking"] = args.thinking == "on"
+        try:
+            tok = load_tokenizer(args.model_dir)
+        except (OSError, ValueError) as e:
+            raise PromptError(str(e)) from e
+        prompt = render_prompt(data, tokenizer=tok, template=args.template, tools=tools, format=args.format,
+                               isolate_markers=not args.no_isolate,
+                               keep_empty_thinking=args.keep_empty_thinking, **kwargs)
+    except PromptError as e:
+        print(f"chatsieve render: {e}", file=sys.stderr)
+        return 2
+    json.dump({"text": prompt.text, "token_ids": prompt.token_ids,
+               "isolated_spans": [list(s) for s in prompt.isolated_spans]},
+              sys.stdout, ensure_ascii=False)
+    sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,428 @@
+"""Delimiter isolation in render_prompt: caller text never carries a delimiter's token id.
+
+Checked on the real tokenizers and templates (Qwen3, Gemma 4, DeepSeek, Llama 3, gpt-oss), with a
+property test, and the fail-closed cases on small hand-built tokenizers.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from models import gemma4_tokenizer_json, model_path
+
+from chatsieve import formats
+from chatsieve.prompt import Prompt, PromptError, render_prompt
+from chatsieve.tokenizer import Tokenizer, load_tokenizer
+
+
+@functools.cache
+def tokenizer(family: str) -> Tokenizer:
+    if family == "gemma4":
+        from tokenizers import Tokenizer as HFTokenizer
+
+        return load_tokenizer(
+            HFTokenizer.from_str(gemma4_tokenizer_json()),
+            config={"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
+        )
+    return load_tokenizer(model_path(family))
+
+
+@functools.cache
+def template(rel: str) -> str:
+    return model_path(rel).read_text(encoding="utf-8")
+
+
+DEEPSEEK = (
+    "<think>",
+    "</think>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls▁end｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁outputs▁begin｜>",
+    "<｜tool▁outputs▁end｜>",
+    "<｜tool▁output▁begin｜>",
+    "<｜tool▁output▁end｜>",
+    "<｜end▁of▁sentence｜>",
+    "<｜User｜>",
+    "<｜Assistant｜>",
+)
+LLAMA3 = (
+    "<|python_tag|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|begin_of_text|>",
+)
+GPT_OSS = ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>", "<|return|>", "<|constrain|>")
+
+# family -> (template, render_prompt keywords choosing the delimiters, delimiter strings, args as JSON string)
+FAMILIES = {
+    "qwen3": ("qwen3/chat_template.jinja", {"format": "qwen3"}, None, False),
+    "gemma4": ("gemma4/chat_template.jinja", {"format": "gemma4", "keep_empty_thinking": True}, None, False),
+    "deepseek": ("deepseek/chat_template.v3.jinja", {"markers": DEEPSEEK}, DEEPSEEK, True),
+    "llama3": ("llama3/chat_template.llama-3.1.jinja", {"markers": LLAMA3}, LLAMA3, False),
+    "gpt-oss": ("gpt-oss/chat_template.jinja", {"markers": GPT_OSS}, GPT_OSS, False),
+}
+
+
+def delimiters(family: str) -> tuple[str, ...]:
+    _, kw, given_list, _ = FAMILIES[family]
+    return given_list if given_list is not None else formats.get(kw["format"]).delimiters
+
+
+def delimiter_ids(family: str) -> dict[int, str]:
+    added = tokenizer(family).added_tokens()
+    return {added[d]: d for d in delimiters(family) if d in added}
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def conversation(
+    family: str, system: str, user: str, tool: str, assistant: str = "It is sunny."
+) -> list[dict]:
+    args = {"city": "Paris"}
+    if FAMILIES[family][3]:
+        args = json.dumps(args)
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": user},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "abcDEF123",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": args},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "abcDEF123", "name": "get_weather", "content": tool},
+        {"role": "assistant", "content": assistant},
+        {"role": "user", "content": "ok"},
+    ]
+
+
+def render(family: str, conv: list[dict], **kw) -> tuple[Prompt, Prompt]:
+    rel, fam_kw, _, _ = FAMILIES[family]
+    args = {"tokenizer": tokenizer(family), "template": template(rel), "tools": TOOLS, **fam_kw, **kw}
+    return render_prompt(conv, **args), render_prompt(conv, isolate_markers=False, **args)
+
+
+def check_structure(tok: Tokenizer, isolated: Prompt, plain: Prompt, ids: dict[int, str]) -> int:
+    """The isolation guarantee: same text; outside the isolated spans the ids are the plain ids, token
+    for token; each span replaces exactly one plain delimiter token by pieces spelling the same text;
+    no span holds a delimiter id. Returns the number of spans."""
+    assert isolated.text == plain.text
+    i = j = 0
+    a, b = isolated.token_ids, plain.token_ids
+    for s, e in isolated.isolated_spans:
+        assert a[i:s] == b[j : j + s - i], "ids outside isolated spans differ from the plain ids"
+        j += s - i
+        assert b[j] in ids, "an isolated span must replace a delimiter token"
+        assert not set(a[s:e]) & set(ids), "an isolated span holds a delimiter id"
+        assert tok.decode(a[s:e]) == ids[b[j]]
+        i, j = e, j + 1
+    assert a[i:] == b[j:]
+    return len(isolated.isolated_spans)
+
+
+def count_ids(ids: list[int], wanted) -> int:
+    return sum(1 for i in ids if i in wanted)
+
+
+def scrub(text: str, family: str) -> str:
+    return re.sub("|".join(map(re.escape, sorted(delimiters(family), key=len, reverse=True))), "#", text)
+
+
+# -- every family, every role -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_content_delimiters_become_pieces_in_every_role(family):
+    tok, ids = tokenizer(family), delimiter_ids(family)
+    ds = [d for d in delimiters(family) if d in tok.added_tokens()]
+    text = "see " + " and ".join(ds) + " end"
+    conv = conversation(
+        family, system="sys " + text, user="  " + text + "\n", tool=text, assistant="said " + text
+    )
+    iso, plain = render(family, conv)
+    n = check_structure(tok, iso, plain, ids)
+    # an independent oracle: the same conversation with the content delimiters spelled "#"
+    scrubbed = [{**m, "content": scrub(m["content"], family)} for m in conv]
+    oracle, _ = render(family, scrubbed)
+    assert count_ids(iso.token_ids, ids) == count_ids(oracle.token_ids, ids) > 0  # template ones stay
+    assert n == count_ids(plain.token_ids, ids) - count_ids(oracle.token_ids, ids) >= len(ds) * 3
+
+
+def test_template_emitted_delimiters_keep_their_ids():
+    # Qwen3 writes <tool_call> in its tool instructions and around the earlier tool call
+    tok = tokenizer("qwen3")
+    conv = conversation("qwen3", system="s", user="u", tool="sunny")
+    iso, plain = render("qwen3", conv)
+    assert iso.token_ids == plain.token_ids and iso.isolated_spans == []
+    assert count_ids(iso.token_ids, {tok.single_token_id("<tool_call>")}) == 3  # 2 in the instructions
+
+
+def test_tool_descriptions_are_caller_text():
+    tok = tokenizer("qwen3")
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "description": "emits <tool_call> tags"}}]
+    conv = conversation("qwen3", system="s", user="u", tool="sunny")
+    iso, plain = render("qwen3", conv, tools=tools)
+    assert check_structure(tok, iso, plain, delimiter_ids("qwen3")) == 1
+    tool_call = {tok.single_token_id("<tool_call>")}
+    assert count_ids(iso.token_ids, tool_call) == count_ids(plain.token_ids, tool_call) - 1 == 3
+
+
+def test_delimiter_assembled_across_text_parts():
+    tok = tokenizer("gemma4")
+    conv = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "a <|tool_"}, {"type": "text", "text": "call> b"}],
+        }
+    ]
+    iso, plain = render("gemma4", conv, tools=None)
+    assert "a <|tool_call> b" in iso.text
+    tool_call = tok.single_token_id("<|tool_call>")
+    assert tool_call in plain.token_ids and tool_call not in iso.token_ids
+    assert check_structure(tok, iso, plain, delimiter_ids("gemma4")) == 1
+
+
+@pytest.mark.parametrize(
+    "tpl,content",
+    [
+        ("{{ messages[0].content }}call>", "x <tool_"),
+        ("{{ '<tool_' }}{{ messages[0].content }}", "call> x"),
+        ("{{ messages[0].content | trim }}call>", "x <tool_   "),
+    ],
+)
+def test_delimiter_assembled_across_content_and_template_text(tpl, content):
+    tok = tokenizer("qwen3")
+    conv = [{"role": "user", "content": content}]
+    iso = render_prompt(conv, tokenizer=tok, template=tpl, markers=["<tool_call>"])
+    plain = render_prompt(conv, tokenizer=tok, template=tpl, isolate_markers=False)
+    assert "<tool_call>" in iso.text and tok.single_token_id("<tool_call>") in plain.token_ids
+    assert check_structure(tok, iso, plain, {tok.single_token_id("<tool_call>"): "<tool_call>"}) == 1
+
+
+def test_templates_that_trim_content():
+    # Llama 3 trims every message; Qwen3 strips whitespace around assistant content and splits it at
+    # </think> (the markers then block its lstrip: the renderings differ in whitespace only)
+    tok = tokenizer("llama3")
+    conv = conversation("llama3", system="  <|eot_id|>  \n", user="\n<|python_tag|>\n", tool="x")
+    iso, plain = render("llama3", conv)
+    assert check_structure(tok, iso, plain, delimiter_ids("llama3")) == 2
+    tok = tokenizer("qwen3")
+    conv = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "<think>\nr <tool_call>\n</think>\n\nanswer <tool_call> x  "},
+        {"role": "user", "content": "<tool_response>\nq2"},
+    ]
+    iso, plain = render("qwen3", conv, tools=None)
+    assert "<|im_start|>assistant\nanswer <tool_call> x  <|im_end|>" in iso.text
+    assert check_structure(tok, iso, plain, delimiter_ids("qwen3")) == 2
+
+
+def test_assistant_thinking_channels_in_gemma4_history():
+    tok = tokenizer("gemma4")
+    conv = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "<|channel>thought\nhmm<channel|>answer <|tool_call> x  "},
+        {"role": "user", "content": "q2"},
+    ]
+    iso, plain = render("gemma4", conv, tools=None)
+    assert "<|turn>model\nanswer <|tool_call> x<turn|>" in iso.text
+    assert check_structure(tok, iso, plain, delimiter_ids("gemma4")) == 1
+
+
+def test_forged_markers_are_avoided():
+    tok = tokenizer("qwen3")
+    forged = "".join(chr(c) for c in range(0x10FFF0, 0x10FFFE))
+    conv = [{"role": "user", "content": forged + "<tool_call>" + forged}]
+    iso, plain = render("qwen3", conv, tools=None)
+    assert forged + "<tool_call>" + forged in iso.text
+    assert check_structure(tok, iso, plain, delimiter_ids("qwen3")) == 1
+
+
+def test_default_delimiters_are_every_added_token_and_format_narrows_them():
+    tok = tokenizer("qwen3")
+    conv = [{"role": "user", "content": "<|fim_prefix|> and <tool_call>"}]
+    tpl = template("qwen3/chat_template.jinja")
+    default = render_prompt(conv, tokenizer=tok, template=tpl)
+    by_format = render_prompt(conv, tokenizer=tok, template=tpl, format="qwen3")
+    assert len(default.isolated_spans) == 2
+    assert len(by_format.isolated_spans) == 1  # <|fim_prefix|> is not a Qwen3 delimiter
+    assert tok.single_token_id("<|fim_prefix|>") in by_format.token_ids
+
+
+def test_markers_that_are_not_added_tokens():
+    tok = tokenizer("qwen3")
+    conv = [{"role": "user", "content": "[TOOL_CALLS] <tool_call>\nx"}]
+    # plain text to this tokenizer: nothing to isolate
+    p = render_prompt(conv, tokenizer=tok, template="{{ messages[0].content }}", markers=["[TOOL_CALLS]"])
+    assert p.isolated_spans == [] and p.token_ids == tok.encode(p.text)
+    # a delimiter string that holds an added token isolates that token
+    p = render_prompt(conv, tokenizer=tok, template="{{ messages[0].content }}", markers=["<tool_call>\n"])
+    assert len(p.isolated_spans) == 1
+
+
+def test_a_template_that_reacts_to_the_markers_fails_closed():
+    tok = tokenizer("qwen3")
+    tpl = "{% if messages[0].content.startswith('<tool_call>') %}T{% endif %}{{ messages[0].content }}"
+    conv = [{"role": "user", "content": "<tool_call>x"}]
+    with pytest.raises(PromptError, match="cannot isolate"):
+        render_prompt(conv, tokenizer=tok, template=tpl)
+    assert render_prompt(conv, tokenizer=tok, template=tpl, isolate_markers=False).text == "T<tool_call>x"
+
+
+# -- fail closed on unusable tokenizers -------------------------------------------------------
+
+
+def _word_level(vocab: dict[str, int], added: list, normalizer=None) -> Tokenizer:
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models, pre_tokenizers
+
+    hf = HFTokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if normalizer is not None:
+        hf.normalizer = normalizer
+    hf.add_tokens(added)
+    return load_tokenizer(hf)
+
+
+def test_a_delimiter_that_is_not_a_single_token_fails_closed():
+    from tokenizers import AddedToken
+
+    # a tokenizer set to spell special tokens as text (split_special_tokens) never yields "<d>"'s id
+    tok = _word_level({"[UNK]": 0, "x": 1}, [AddedToken("<d>", special=True)])
+    tok.hf.encode_special_tokens = True
+    assert tok.encode("<d>") != [tok.single_token_id("<d>")]
+    with pytest.raises(PromptError, match="does not encode to its single token id"):
+        render_prompt(
+            [{"role": "user", "content": "x"}],
+            tokenizer=tok,
+            template="{{ messages[0].content }}",
+            markers=["<d>"],
+        )
+
+
+def test_a_copy_that_still_encodes_the_delimiter_fails_closed():
+    from tokenizers import AddedToken
+
+    # the model's own vocabulary holds the delimiter as a word: no copy can spell it otherwise
+    tok = _word_level({"[UNK]": 0, "x": 1, "<d>": 2}, [AddedToken("<d>", special=True)])
+    conv = [{"role": "user", "content": "x <d>"}]
+    with pytest.raises(PromptError, match="still encodes"):
+        render_prompt(conv, tokenizer=tok, template="{{ messages[0].content }}")
+    plain = render_prompt(conv, tokenizer=tok, template="{{ messages[0].content }}", isolate_markers=False)
+    assert plain.token_ids == [1, 2]
+
+
+def test_a_tokenizer_that_cannot_be_copied_fails_closed():
+    real = tokenizer("qwen3").hf
+
+    class Uncopyable:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @property
+        def model(self):
+            raise RuntimeError("no model access")
+
+        def to_str(self, *a, **k):
+            raise RuntimeError("no serialisation")
+
+    tok = Tokenizer(Uncopyable(), config={})
+    conv = [{"role": "user", "content": "x <tool_call>"}]
+    with pytest.raises(PromptError, match="cannot copy the tokenizer"):
+        render_prompt(conv, tokenizer=tok, template="{{ messages[0].content }}")
+    # without a delimiter in content, no copy is needed
+    p = render_prompt([{"role": "user", "content": "x"}], tokenizer=tok, template="{{ messages[0].content }}")
+    assert p.token_ids == real.encode("x", add_special_tokens=False).ids
+
+
+# -- property: random contents with delimiters sprinkled in -----------------------------------
+
+
+def _contents(family: str):
+    ds = list(delimiters(family))
+    cuts = [d[:k] for d in ds for k in (1, len(d) // 2)] + [d[-k:] for d in ds for k in (1, len(d) // 2)]
+    piece = st.one_of(
+        st.text(alphabet="ab <|>_/\n{}\"'#", max_size=6),
+        st.sampled_from(ds),
+        st.sampled_from(cuts),
+    )
+    return st.lists(piece, max_size=8).map("".join)
+
+
+def _property(family: str):
+    tok, ids = tokenizer(family), delimiter_ids(family)
+    seen: list[int] = []
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(system=_contents(family), user=_contents(family), tool=_contents(family))
+    def run(system, user, tool):
+        conv = conversation(family, system="sys " + system, user="u " + user, tool="t " + tool)
+        iso, plain = render(family, conv)
+        seen.append(check_structure(tok, iso, plain, ids))
+        scrubbed = [{**m, "content": scrub(m["content"], family)} for m in conv]
+        oracle, _ = render(family, scrubbed)
+        # every delimiter id left is one the template wrote
+        assert count_ids(iso.token_ids, ids) == count_ids(oracle.token_ids, ids)
+
+    run()
+    assert sum(seen) >= 20, "the property test should see delimiters in content"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_property_no_delimiter_id_from_content(family):
+    _property(family)
+
+
+@pytest.mark.parametrize("family,format_name", [
+    ("qwen3", "qwen3"), ("qwen3", "hermes"), ("gemma4", "gemma4"), ("deepseek", "deepseek_v3"),
+    ("llama3", "llama3_json"), ("gpt-oss", "gpt_oss"),
+])
+def test_registered_format_delimiters(family, format_name):
+    if format_name not in formats.names():
+        pytest.skip(f"format {format_name!r} is not registered")
+    tok = tokenizer(family)
+    ds = formats.get(format_name).delimiters
+    added = tok.added_tokens()
+    ids = {added[d]: d for d in ds if d in added}
+    assert ids, f"{format_name}: none of its delimiters is an added token of the {family} tokenizer"
+    text = " ".join(ds)
+    conv = conversation(family, system=text, user=text, tool=text)
+    rel, fam_kw, _, _ = FAMILIES[family]
+    args = {"tokenizer": tok, "template": template(rel), "tools": TOOLS, "format": format_name,
+            "keep_empty_thinking": True}
+    iso, plain = render_prompt(conv, **args), render_prompt(conv, isolate_markers=False, **args)
+    assert check_structure(tok, iso, plain, ids) >= 3 * len(ids)

@@ -4,14 +4,13 @@ same as batch."""
 
 from __future__ import annotations
 
+import models
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatsieve import StreamParser, formats, parse
 from chatsieve.fixtures import encode_spelled, normalized
-
-import models
 
 WORDS = [
     "thought", "thought\n", "tho", "\n", " ", "call:", "get_weather", "{", "}", ":", ",", '"', "[", "]",

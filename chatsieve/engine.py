@@ -159,7 +159,7 @@ class Engine:
         if m in self._text_open:
             if mode == CONTENT and self._start_held is None:
                 self._release_label()
-                self._open_region(CONTENT, tentative=True)
+                self._open_region(CONTENT, tentative=True, opener=m)
             self._on_text(m, seg.start)
             return
         if mode == REGION:
@@ -177,11 +177,17 @@ class Engine:
             elif m in self._c_open:
                 self._raw.pop()
                 self._end_region(truncated=True)
-                self._open_region(self._region_return)
+                self._open_region(self._region_return, opener=m)
             elif m in self._end:
                 self._raw.pop()
                 self._end_region(truncated=True)
                 self._mode = DONE
+            elif self._region.idle:
+                # between calls: the region (say a section whose end marker the model
+                # skipped) ends here, and the marker means what it means outside it
+                self._raw.pop()
+                self._end_region(truncated=False)
+                self._on_marker(seg)
             else:
                 self._raw.pop()
                 self.out.append(Dropped(m, "control token out of place inside a tool call"))
@@ -194,10 +200,10 @@ class Engine:
             elif m in self._c_open:
                 if self.spec.calls_inside_reasoning:
                     self._release_label()
-                    self._open_region(REASONING)
+                    self._open_region(REASONING, opener=m)
                 else:
                     self._end_block()
-                    self._open_region(CONTENT)
+                    self._open_region(CONTENT, opener=m)
             elif m in self._end:
                 self._end_block()
                 self._mode = DONE
@@ -225,7 +231,7 @@ class Engine:
             self._boundary()
         elif m in self._c_open:
             self._release_label()
-            self._open_region(CONTENT)
+            self._open_region(CONTENT, opener=m)
         elif m in self._end:
             self._release_label()
             self._mode = DONE
@@ -282,7 +288,7 @@ class Engine:
             return
         self._start_held = None
         if any(held.startswith(t) for t in self._start_triggers):
-            self._open_region(CONTENT, tentative=True)
+            self._open_region(CONTENT, tentative=True, opener=held)
             self._on_text(held, self._start_held_at)
         else:
             self._content_write(held, self._start_held_at)
@@ -319,10 +325,10 @@ class Engine:
             self._filter.mark()
 
     # ---- tool-call regions -------------------------------------------------------------
-    def _open_region(self, return_mode: str, *, tentative: bool = False) -> None:
+    def _open_region(self, return_mode: str, *, tentative: bool = False, opener: str | None = None) -> None:
         if self._start_held is not None:
             self._flush_start_held()
-        self._region = self.spec.codec(CallContext(self._ctx.tools, tentative=tentative))
+        self._region = self.spec.codec(CallContext(self._ctx.tools, tentative=tentative, opener=opener))
         self._region_return = return_mode
         self._raw = []
         self._replay = [] if tentative else None

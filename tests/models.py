@@ -65,6 +65,70 @@ def gemma4_tokenizer_json() -> str:
     return json.dumps(j)
 
 
+@functools.cache
+def kimi_k2_stand_in_tokenizer_json() -> str:
+    """A STAND-IN for Kimi K2's tokenizer, which is not available here (its tiktoken
+    vocabulary could not be obtained; shared/models/kimi-k2 has only the id table).
+
+    It is Qwen3's tokenizer with every Kimi added token of kimi-k2/special_tokens.json
+    (`<|tool_calls_section_begin|>`, `<|im_end|>`, `[EOS]`, ...) added with that table's
+    special flag. The ids are NOT Kimi's and ordinary text splits differently: it only
+    exercises token-id gating (a delimiter counts only as its own added-token id,
+    never when spelled from sub-word pieces), not Kimi's vocabulary.
+    """
+    from tokenizers import AddedToken, Tokenizer
+
+    base = models_dir()
+    tok = Tokenizer.from_str(lzma.open(base / "qwen3/tokenizer.json.xz", "rt", encoding="utf-8").read())
+    table = json.loads((base / "kimi-k2/special_tokens.json").read_text(encoding="utf-8"))["tokens"]
+    have = {t.content for t in tok.get_added_tokens_decoder().values()}
+    for _, t in sorted(table.items(), key=lambda kv: int(kv[0])):
+        if t["content"] in have:
+            continue  # <|im_end|>, <think>, </think>: Qwen3 has them already
+        added = AddedToken(t["content"], special=bool(t["special"]), normalized=False)
+        if t["special"]:
+            tok.add_special_tokens([added])
+        else:
+            tok.add_tokens([added])
+    return tok.to_str()
+
+
+@functools.cache
+def mistral_tekken_tokenizer():
+    """Mistral's real Tekken v3 vocabulary (Mistral Nemo), as a `tokenizers.Tokenizer`.
+
+    shared/models/mistral/tekken_240718.json.xz is a mistral_common (tiktoken-style)
+    file, not a `tokenizers` one: transformers' Tekken converter (which takes the
+    special-token layout from mistral_common) turns it into one. Checked here: the
+    control tokens have mistral_common's ids (`[TOOL_CALLS]` 9, `</s>` 2) and ordinary
+    text -- "[TOOL_CALLS]" spelled out included -- encodes to mistral_common's ids.
+    """
+    import tempfile
+    import warnings
+
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from transformers.integrations.mistral.tokenizer import MistralConverter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "tekken.json"
+        path.write_bytes(lzma.open(model_path("mistral/tekken_240718.json.xz")).read())
+        hf = MistralConverter(str(path)).converted()
+        tekken = Tekkenizer.from_file(path)
+    for token, want in (("[TOOL_CALLS]", 9), ("</s>", 2), ("[INST]", 3)):
+        got = (hf.token_to_id(token), tekken.get_special_token(token))
+        assert got == (want, want), f"Tekken conversion: {token} has ids {got}, expected {want}"
+    for sample in ("Hello, wörld! 你好 🌦️\n  x = [1, 2]", 'get_weather[ARGS]{"city": "Paris"}'):
+        ids = hf.encode(sample, add_special_tokens=False).ids
+        assert ids == tekken.encode(sample, bos=False, eos=False), f"Tekken conversion differs on {sample!r}"
+    spelled = [i for part in ("[", "TOOL_CALLS]") for i in hf.encode(part, add_special_tokens=False).ids]
+    assert 9 not in spelled and hf.decode(spelled) == "[TOOL_CALLS]"
+    assert 9 not in tekken.encode("[TOOL_CALLS]", bos=False, eos=False)  # text never makes the control token
+    return hf
+
+
 _TOKENIZER_DIRS = {
     "qwen3": "qwen3",
     "deepseek": "deepseek",
@@ -82,6 +146,12 @@ def _load(name: str):
         from tokenizers import Tokenizer
 
         return load_tokenizer(Tokenizer.from_str(gemma4_tokenizer_json()))
+    if name == "kimi_k2":  # a stand-in: Qwen3's vocabulary with Kimi's delimiters added
+        from tokenizers import Tokenizer
+
+        return load_tokenizer(Tokenizer.from_str(kimi_k2_stand_in_tokenizer_json()))
+    if name == "mistral":  # Tekken v3, converted (see mistral_tekken_tokenizer)
+        return load_tokenizer(mistral_tekken_tokenizer(), config={"bos_token": "<s>", "eos_token": "</s>"})
     if name not in _TOKENIZER_DIRS:
         raise KeyError(f"no test tokenizer named {name!r}; known: gemma4, {', '.join(_TOKENIZER_DIRS)}")
     return load_tokenizer(model_path(_TOKENIZER_DIRS[name]))

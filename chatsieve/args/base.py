@@ -62,6 +62,7 @@ class CallContext:
     # content_call_start), not by a control marker: the codec must then decide,
     # through `verdict`, whether this really is a call.
     tentative: bool = False
+    opener: str | None = None  # the marker (or trigger text) that opened the region
 
 
 class RegionCodec:

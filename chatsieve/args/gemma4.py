@@ -169,6 +169,10 @@ class Gemma4CallCodec(RegionCodec):
             self.junk("".join(self._junk), "text after the call's arguments")
 
     @property
+    def idle(self) -> bool:
+        return self._st == PREFIX and not self._buf and self._error is None
+
+    @property
     def in_string(self) -> bool:
         return self._st == STRING or self._st == KEY_QUOTED
 

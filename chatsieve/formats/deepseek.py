@@ -1,0 +1,65 @@
+"""DeepSeek R1, V3 and V3.1: `<think>…</think>` reasoning and `<｜tool▁calls▁begin｜>`
+sections of `<｜tool▁call▁begin｜>…<｜tool▁call▁end｜>` calls (V3.2/V4 DSML are elsewhere).
+
+R1 and V3 write `function<｜tool▁sep｜>NAME` and a ```json fenced object; V3.1 writes
+`NAME<｜tool▁sep｜>{…}`. One codec reads both bodies, so a V3.1 model served as V3 (or
+the reverse) still has its calls parsed. The three differ in their reasoning defaults:
+
+- R1 thinks always: its prompt opens the block (newer templates end the generation
+  prompt with `<think>\\n`; older ones leave `<think>` to the model), so output is
+  reasoning until `</think>`, and no `</think>` means all of it was reasoning.
+- V3 and V3.1 think only when asked (V3.1's template then ends the prompt with
+  `<think>`, else with `</think>`): thinking off, output is content; on, it starts
+  inside the block. A `prompt=` given to the parser decides from its last marker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..args.deepseek import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP, DeepSeekCallCodec
+from ..spec import FormatSpec
+
+DEEPSEEK_R1 = FormatSpec(
+    name="deepseek_r1",
+    description="DeepSeek R1 (reasoning until </think>; function<sep>NAME + ```json calls)",
+    aliases=("deepseek-r1", "deepseek_r1_0528", "deepseek-r1-0528"),
+    reasoning_open=("<think>",),
+    reasoning_close=("</think>",),
+    default_thinking=True,
+    thinking_starts_in_reasoning=True,
+    # a missing section begin: the first call's begin marker opens the section
+    call_open=(CALLS_BEGIN, CALL_BEGIN),
+    call_close=(CALLS_END,),
+    codec=DeepSeekCallCodec,
+    inner=(SEP, CALL_END),
+    end=(
+        "<｜end▁of▁sentence｜>",
+        "<｜User｜>",
+        "<｜Assistant｜>",
+        "<｜tool▁outputs▁begin｜>",
+        "<｜tool▁output▁begin｜>",
+    ),
+    strip=("<｜tool▁output▁end｜>", "<｜tool▁outputs▁end｜>", "<｜begin▁of▁sentence｜>"),
+    template="deepseek/chat_template.r1.jinja",
+)
+
+DEEPSEEK_V3 = dataclasses.replace(
+    DEEPSEEK_R1,
+    name="deepseek_v3",
+    description="DeepSeek V3 / V3-0324 (thinking off unless asked; calls as R1)",
+    aliases=("deepseek-v3", "deepseek_v3_0324", "deepseek-v3-0324"),
+    default_thinking=False,
+    template="deepseek/chat_template.v3.jinja",
+)
+
+DEEPSEEK_V31 = dataclasses.replace(
+    DEEPSEEK_R1,
+    name="deepseek_v31",
+    description="DeepSeek V3.1 / V3.1-Terminus (thinking off unless asked; NAME<sep>{json} calls)",
+    aliases=("deepseek-v3.1", "deepseek_v3.1", "deepseek_v3_1", "deepseek-v3.1-terminus"),
+    default_thinking=False,
+    template="deepseek/chat_template.v3.1.jinja",
+)
+
+SPECS = (DEEPSEEK_R1, DEEPSEEK_V3, DEEPSEEK_V31)

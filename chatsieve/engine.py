@@ -134,6 +134,8 @@ class Engine:
                             text, start = text[used:], start + used
                             continue
                         return
+                if used < len(text) and region.in_call:  # a codec that forgot its call
+                    region.close(truncated=False)
                 self._drain()
                 if used >= len(text):
                     return
@@ -157,7 +159,9 @@ class Engine:
             self.out.append(Dropped(m, "control token this format does not use"))
             return
         if m in self._text_open:
-            if mode == CONTENT and self._start_held is None:
+            # Plain text can open a call only before any content: a quoted or echoed
+            # `<function=...>` in the middle of an answer stays text.
+            if mode == CONTENT and self._start_held is None and not self._content.started:
                 self._release_label()
                 self._open_region(CONTENT, tentative=True, opener=m)
             self._on_text(m, seg.start)
@@ -173,14 +177,16 @@ class Engine:
                 return
             if m in self._c_close:
                 self._raw.pop()
-                self._end_region(truncated=False)
+                if not self._end_region(truncated=False):
+                    self._orphan(m)  # the region was not a call after all
             elif m in self._c_open:
                 self._raw.pop()
                 self._end_region(truncated=True)
                 self._open_region(self._region_return, opener=m)
             elif m in self._end:
+                # the model ended its turn: an unfinished call is malformed, not cut short
                 self._raw.pop()
-                self._end_region(truncated=True)
+                self._end_region(truncated=False)
                 self._mode = DONE
             elif self._region.idle:
                 # between calls: the region (say a section whose end marker the model
@@ -354,7 +360,8 @@ class Engine:
                     self._content_write(text, start)
         return False
 
-    def _end_region(self, *, truncated: bool) -> None:
+    def _end_region(self, *, truncated: bool) -> bool:
+        """Close the region; False when it was a tentative one that proved no call."""
         region = self._region
         region.close(truncated=truncated)
         if self._replay is not None:
@@ -362,9 +369,10 @@ class Engine:
                 region.verdict = False
             if not self._settle():
                 self._boundary()
-                return
+                return False
         self._drain()
         self._close_region()
+        return True
 
     def _close_region(self) -> None:
         self._region = None
@@ -418,9 +426,11 @@ class Engine:
                 self.out.append(Dropped(op.raw, op.why))
 
     # ---- end -----------------------------------------------------------------------------
-    def finish(self) -> None:
+    def finish(self, *, cut: bool = True) -> None:
+        """End of output. `cut`: it may have been cut short (max tokens) rather than
+        ended by the model, so an unfinished call counts as truncated."""
         if self._mode == REGION:
-            self._end_region(truncated=True)
+            self._end_region(truncated=cut)
         self._flush_start_held()
         self._release_label()
         if self._filter is not None:

@@ -138,6 +138,9 @@ class StreamParser:
         if self._done:
             return []
         pieces = self._detok.finish() if self._detok is not None else []
+        # A stop (token, string, or the engine's "stop") means the model ended the
+        # output: an unfinished call is then malformed, not truncated.
+        self._cut = finish_reason != "stop"
         events = self._run(pieces, final=True)
         self._done = True
         eng = self._engine
@@ -181,7 +184,7 @@ class StreamParser:
         if final:
             for seg in lexer.finish():
                 engine.segment(seg)
-            engine.finish()
+            engine.finish(cut=self._cut and not self.stopped)
         return self._events()
 
     def _events(self) -> list[Event]:

@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from chatsieve import StreamParser, formats, parse
+from chatsieve.args.json_call import JsonCallCodec
 from chatsieve.fixtures import normalized
 
 TOOLS = [{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
@@ -20,7 +21,15 @@ TOY = dataclasses.replace(
     content_call_start=("{",),
     text_call_open=(),
 )
-TOY_TEXT = dataclasses.replace(TOY, name="toy-text", content_call_start=(), text_call_open=("{\"name\"",))
+
+
+class _OneObject(JsonCallCodec):
+    until_object_end = True
+
+
+TOY_TEXT = dataclasses.replace(
+    TOY, name="toy-text", content_call_start=(), text_call_open=('{"name"',), codec=_OneObject
+)
 
 
 def _all_splits(spec, text, **kw):
@@ -58,10 +67,23 @@ def test_trigger_only_at_the_start():
     assert m.content == text and m.tool_calls == []
 
 
-def test_text_call_open_anywhere_in_content():
+def test_text_call_open_before_any_content():
+    text = '  {"name": "get_weather", "arguments": {"city": "Rome"}}\nDone.'
+    m = _all_splits(TOY_TEXT, text, tools=TOOLS)
+    assert m.content == "Done." and [c.name for c in m.tool_calls] == ["get_weather"]
+
+
+def test_text_call_open_after_content_stays_text():
+    # an opener in mid-answer may be quoted or echoed from untrusted input
     text = 'Sure. {"name": "get_weather", "arguments": {"city": "Rome"}}'
     m = _all_splits(TOY_TEXT, text, tools=TOOLS)
-    assert m.content == "Sure." and [c.name for c in m.tool_calls] == ["get_weather"]
+    assert m.content == text and m.tool_calls == []
+
+
+def test_a_close_marker_ending_a_rejected_region_is_reported():
+    m = _all_splits(TOY_TEXT, '{"name" oops</tool_call> after', tools=TOOLS)
+    assert m.content == '{"name" oops after'
+    assert [d.raw for d in m.diagnostics] == ["</tool_call>"]
 
 
 def test_undecided_region_at_finish_is_content():

@@ -78,7 +78,8 @@ class RegionCodec:
 
     def feed(self, text: str) -> int:
         """Consume region text; return how much was used. Less than all means the
-        region ended itself there and the rest belongs to the engine again."""
+        region ended itself there (its calls already ended or failed) and the rest
+        belongs to the engine again."""
         raise NotImplementedError
 
     def marker(self, marker: str) -> bool:

@@ -36,6 +36,7 @@ class JsonCallCodec(RegionCodec):
         self._have_args = False
         self._error: str | None = None
         self._junk: list[str] = []
+        self._closed = False
 
     def feed(self, text: str) -> int:
         used = self._feed(text)
@@ -52,6 +53,7 @@ class JsonCallCodec(RegionCodec):
                 return n
             if st == DONE:
                 if self.until_object_end:
+                    self.close(truncated=False)  # the region ends here, and so does the call
                     return i
                 self._junk.append(text[i:])
                 return n
@@ -101,6 +103,9 @@ class JsonCallCodec(RegionCodec):
         return False
 
     def close(self, *, truncated: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self._error is None and self._st != DONE:
             if self._sc is not None and self._st == VALUE:
                 self._sc.finish()
@@ -111,6 +116,15 @@ class JsonCallCodec(RegionCodec):
         self.end()
         if self._junk:
             self.junk("".join(self._junk), "text after the call object")
+
+    @property
+    def complete(self) -> bool:
+        """The call object has closed and was valid."""
+        return self._st == DONE and self._error is None
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
 
     @property
     def idle(self) -> bool:

@@ -337,9 +337,9 @@ class HarmonyEngine(Engine):
                 self.out.append(Dropped(raw, self._skip_why))
 
     # ---- end -----------------------------------------------------------------------
-    def finish(self) -> None:
+    def finish(self, *, cut: bool = True) -> None:
         if self._mode != DONE:
-            self._end_current(truncated=True)
+            self._end_current(truncated=cut)
             self._mode = DONE
         self._content.finish()
         self._reasoning.finish()

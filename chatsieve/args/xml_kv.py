@@ -1,0 +1,377 @@
+"""XML-ish key/value call bodies (Qwen3-Coder, GLM, MiniMax-M2, Hunyuan, DeepSeek DSML),
+streamed to JSON by one codec parameterised by a family's tag strings (`XmlKvSyntax`).
+
+A call is `CALL_OPEN name NAME_CLOSE (KEY_OPEN key KEY_CLOSE VALUE_OPEN value
+VALUE_CLOSE)* CALL_CLOSE`. Values are raw text typed by the tool's JSON Schema
+(`coerce_raw`): a value declared a string streams as JSON string fragments as it
+arrives; any other value is emitted once whole. Markers inside a value are literal
+text, except `structural` ones (the region's end, the turn's end).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from ..tools import coerce_raw, property_schema, schema_types
+from .base import CallContext, RegionCodec
+
+_WS = " \t\r\n"
+_NAME = re.compile(r"[^\s<>\"'{}\[\],]+")
+_ATTR_HEAD = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=]+))(.*)""", re.S)
+_STRING_ATTR = re.compile(r"""\s*string\s*=\s*["']?(true|false)["']?\s*""", re.S)
+_MAX_HEAD = 256  # a name or key longer than this is not one
+
+# states
+OUTSIDE, NAME, ARGS, KEY, PRE_VALUE, VALUE = "outside", "name", "args", "key", "pre-value", "value"
+RECOVER, ENDED = "recover", "ended"  # after a malformed call; after a tentative region's call
+
+
+@dataclass(frozen=True)
+class XmlKvSyntax:
+    """One family's tag strings. An empty `call_open` means the region holds one call
+    whose name comes first; an empty `call_close` means the region's end closes it."""
+
+    call_open: str
+    name_close: tuple[str, ...]  # each ends the name (a KEY_OPEN or CALL_CLOSE also does)
+    call_close: str
+    key_open: str
+    key_close: str
+    value_open: str  # "" when the value follows the key's close directly
+    value_close: str
+    trim_newline: bool = False  # drop one leading and one trailing newline of a value
+    quoted: bool = False  # names and keys are `"X"` attributes: the quotes are removed
+    string_attr: bool = False  # a `string="true|false"` attribute: raw text, or JSON
+    structural: tuple[str, ...] = ()  # markers never literal inside a value (the region's end)
+
+    @cached_property
+    def stops(self) -> dict[str, tuple[str, ...]]:
+        """The strings that end each state's text, by state."""
+        # a CALL_OPEN inside a name or key starts the next call (this one is malformed)
+        name_stops = (*self.name_close, self.key_open, self.call_close, self.call_open)
+        out = {
+            OUTSIDE: (self.call_open,),
+            NAME: name_stops,
+            ARGS: (self.key_open, self.call_close),
+            KEY: (self.key_close, self.call_open),
+            PRE_VALUE: (self.value_open,) if self.value_open else (),
+            VALUE: (self.value_close,),
+            RECOVER: (self.call_open, self.call_close),
+            ENDED: (),
+        }
+        return {k: tuple(dict.fromkeys(s for s in v if s)) for k, v in out.items()}
+
+    @cached_property
+    def patterns(self) -> dict[str, re.Pattern | None]:
+        return {
+            k: re.compile("|".join(re.escape(s) for s in sorted(v, key=len, reverse=True))) if v else None
+            for k, v in self.stops.items()
+        }
+
+    @cached_property
+    def prefixes(self) -> dict[str, tuple[frozenset[str], int]]:
+        """Proper prefixes of each state's stops (a tail to hold back), and the longest."""
+        out = {}
+        for k, v in self.stops.items():
+            pre = frozenset(s[:i] for s in v for i in range(1, len(s)))
+            out[k] = (pre, max((len(p) for p in pre), default=0))
+        return out
+
+
+def _dump(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+
+
+def _esc(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)[1:-1]
+
+
+class XmlKvCodec(RegionCodec):
+    """Subclass with `syntax = XmlKvSyntax(...)` (see `xml_kv_codec`).
+
+    Policy: a malformed call is skipped to its end (or the next call) and fails
+    there; the region's text outside calls is reported once, at its end. A
+    tentative region (opened by plain text) is a call once its name is followed by
+    a parameter or the call's end, and ends itself right after that call.
+    """
+
+    syntax: XmlKvSyntax
+
+    def __init__(self, ctx: CallContext) -> None:
+        super().__init__(ctx)
+        self._st = OUTSIDE if self.syntax.call_open else NAME
+        self._held = ""  # a tail that may still become one of the state's stops
+        self._buf: list[str] = []  # name, key, or a value emitted whole
+        self._junk: list[str] = []  # text outside any call
+        self._name = ""
+        self._nargs = 0
+        self._calls = 0
+        self._failed = 0
+        self._error: str | None = None  # why the current call failed (reported at its end)
+        self._key_schema: Any = None
+        self._key_kind: str | None = None  # DSML: "true" (raw text) / "false" (JSON)
+        self._streaming = False  # the current value streams as a JSON string
+        self._v_started = False
+        self._v_hold = ""  # a trailing newline that may be trimmed
+
+    # ---- interface -------------------------------------------------------------------
+    def feed(self, text: str) -> int:
+        syn = self.syntax
+        old = len(self._held)
+        buf = self._held + text
+        self._held = ""
+        i, n = 0, len(buf)
+        while i < n:
+            st = self._st
+            if st == ENDED or self.verdict is False:
+                return max(i - old, 0) if st == ENDED else len(text)
+            pat = syn.patterns[st]
+            m = pat.search(buf, i) if pat is not None else None
+            if m is None:
+                pre, longest = syn.prefixes[st]
+                keep = 0
+                for k in range(min(longest, n - i), 0, -1):
+                    if buf[n - k :] in pre:
+                        keep = k
+                        break
+                self._text(buf[i : n - keep])
+                if self._st != st or self.verdict is False:
+                    continue  # the text failed the call: look again from its start
+                self._held = buf[n - keep :]
+                return len(text)
+            self._text(buf[i : m.start()])
+            if self._st != st or self.verdict is False:
+                continue
+            i = m.end()
+            self._tag(m.group())
+        if self._st == ENDED:
+            return n - old
+        return len(text)
+
+    def marker(self, marker: str) -> bool:
+        if self._st == VALUE and marker not in self.syntax.structural:
+            self.feed(marker)  # a delimiter inside a value is just text
+            return True
+        return False
+
+    def close(self, *, truncated: bool) -> None:
+        held, self._held = self._held, ""
+        if held:
+            self._text(held)
+        st = self._st
+        if self.verdict is None or self.verdict is False:
+            self.verdict = False  # undecided plain text: not a call
+            return
+        if st == NAME and not truncated and not self.syntax.call_open:
+            self._name_done()  # the region's end closes a name-only call (GLM)
+            if self._st == ARGS:
+                self._call_done()
+        elif st == ARGS and not truncated:
+            self._call_done()  # a missing CALL_CLOSE is tolerated at the region's end
+        elif st in (NAME, ARGS, KEY, PRE_VALUE, VALUE):
+            if truncated:
+                self.fail("the output ended inside the call", truncated=True)
+            else:
+                self.fail(f"unterminated {'function name' if st == NAME else 'parameter'}")
+            self._failed += 1
+        if self._st == RECOVER:
+            self._flush_fail()
+        junk = "".join(self._junk)
+        self._junk = []
+        if junk.strip(_WS):
+            if self._calls == 0 and self._failed == 0:
+                self.fail("no call in the tool-call block")
+            else:
+                self.junk(junk, "text in the tool-call block outside any call")
+
+    # ---- text and tags -----------------------------------------------------------------
+    def _text(self, s: str) -> None:
+        if not s:
+            return
+        st = self._st
+        if st == VALUE:
+            self._value_text(s)
+        elif st in (NAME, KEY):
+            self._buf.append(s)
+            if sum(map(len, self._buf)) > _MAX_HEAD:
+                self._err(f"no valid {'function' if st == NAME else 'parameter'} name")
+            elif st == NAME and self.verdict is None and not _NAME.fullmatch("".join(self._buf)):
+                self._err("no valid function name")
+        elif st in (OUTSIDE, ENDED):
+            self._junk.append(s)
+        elif st == RECOVER:
+            pass  # part of the failed call: the engine reports its raw text
+        elif s.strip(_WS):
+            self._err(f"unexpected text {s.strip(_WS)[:40]!r} in the call")
+
+    def _tag(self, t: str) -> None:
+        syn = self.syntax
+        st = self._st
+        if st in (OUTSIDE, RECOVER):
+            self._flush_fail()
+            if t == syn.call_open:
+                self._st = NAME
+            else:  # the end of the failed call
+                self._st = ENDED if self.ctx.tentative else OUTSIDE
+        elif st in (NAME, KEY) and t == syn.call_open:
+            self._err("a call opens inside this one")
+            if self._st == RECOVER:
+                self._tag(t)
+        elif st == NAME:
+            self._name_done()
+            if self._st != ARGS:
+                return
+            if t == syn.key_open:
+                self._confirm()
+                self._st = KEY
+            elif t == syn.call_close:
+                self._confirm()
+                self._call_done()
+        elif st == ARGS:
+            self._confirm()
+            if t == syn.key_open:
+                self._st = KEY
+            else:
+                self._call_done()
+        elif st == KEY:
+            self._key_done()
+            if self._st == KEY:
+                self._st = PRE_VALUE if syn.value_open else VALUE
+                if not syn.value_open:
+                    self._value_begin()
+        elif st == PRE_VALUE:
+            self._st = VALUE
+            self._value_begin()
+        elif st == VALUE:
+            self._value_done()
+            self._st = ARGS
+
+    def _confirm(self) -> None:
+        if self.verdict is None:
+            self.verdict = True
+
+    # ---- calls ---------------------------------------------------------------------------
+    def _name_done(self) -> None:
+        raw = "".join(self._buf).strip(_WS)
+        self._buf = []
+        name, rest = self._unquote(raw) if self.syntax.quoted else (raw, "")
+        if not _NAME.fullmatch(name) or rest.strip(_WS):
+            self._err(f"no valid function name in {raw[:40]!r}")
+            return
+        if self.verdict is None and self.ctx.tools and name not in self.ctx.tools:
+            self._err(f"{name!r} is not a known tool")
+            return
+        self._name = name
+        self._nargs = 0
+        self.start(name)
+        self.args("{")
+        self._st = ARGS
+
+    def _call_done(self) -> None:
+        self.args("}")
+        self.end()
+        self._calls += 1
+        self._st = ENDED if self.ctx.tentative else OUTSIDE
+
+    def _key_done(self) -> None:
+        raw = "".join(self._buf).strip(_WS)
+        self._buf = []
+        kind = None
+        key = raw
+        if self.syntax.quoted:
+            key, rest = self._unquote(raw)
+            if self.syntax.string_attr and rest.strip(_WS):
+                m = _STRING_ATTR.fullmatch(rest)
+                if m is None:
+                    self._err(f"unknown parameter attributes {rest.strip()[:40]!r}")
+                    return
+                kind = m.group(1)
+        if not key or "<" in key or ">" in key or "\n" in key:
+            self._err(f"no valid parameter name in {raw[:40]!r}")
+            return
+        self._key_kind = kind
+        self._key_schema = property_schema(self.ctx.tools.get(self._name), key)
+        self.args(("," if self._nargs else "") + _dump(key) + ":")
+        self._nargs += 1
+
+    def _value_begin(self) -> None:
+        if self._key_kind is not None:
+            self._streaming = self._key_kind == "true"
+        else:
+            types = schema_types(self._key_schema)
+            self._streaming = bool(types) and types <= {"string"}
+        self._v_started = False
+        self._v_hold = ""
+        self._buf = []
+        if self._streaming:
+            self.args('"')
+
+    def _value_text(self, s: str) -> None:
+        trim = self.syntax.trim_newline
+        if not self._v_started:
+            self._v_started = True
+            if trim and s[0] == "\n":
+                s = s[1:]
+        if not self._streaming:
+            self._buf.append(s)
+            return
+        s = self._v_hold + s
+        self._v_hold = ""
+        if trim and s.endswith("\n"):
+            s, self._v_hold = s[:-1], "\n"
+        if s:
+            self.args(_esc(s))
+
+    def _value_done(self) -> None:
+        if self._streaming:
+            self._v_hold = ""  # the one trailing newline (held only when trimming)
+            self.args('"')
+            return
+        raw = "".join(self._buf)
+        self._buf = []
+        if self.syntax.trim_newline and raw.endswith("\n"):
+            raw = raw[:-1]
+        value = coerce_raw(raw, self._key_schema)
+        if self._key_kind == "false":
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                pass
+        try:
+            self.args(json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
+        except ValueError:  # NaN or Infinity read from the text: keep the text
+            self.args(_dump(raw))
+
+    # ---- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _unquote(raw: str) -> tuple[str, str]:
+        """`"X" rest` -> (X, rest); a bare word is accepted too."""
+        m = _ATTR_HEAD.fullmatch(raw)
+        if m is None:
+            return "", raw
+        return next(g for g in m.groups()[:3] if g is not None), m.group(4)
+
+    def _err(self, why: str) -> None:
+        """A malformed call: an undecided tentative region is not a call at all;
+        otherwise the call fails here and the codec looks for the next one."""
+        self._buf = []
+        if self.verdict is None:
+            self.verdict = False
+            return
+        self._error = why
+        self._st = RECOVER
+
+    def _flush_fail(self) -> None:
+        """The failed call's end: one Fail, so its raw text is reported once."""
+        if self._error is not None:
+            self.fail(self._error)
+            self._error = None
+            self._failed += 1
+
+
+def xml_kv_codec(name: str, syntax: XmlKvSyntax) -> type[XmlKvCodec]:
+    """A codec class for one family's syntax (what a FormatSpec's `codec` takes)."""
+    return type(name, (XmlKvCodec,), {"syntax": syntax, "__doc__": f"{name}: {syntax}"})

@@ -1,0 +1,53 @@
+"""DeepSeek V3.2 and V4 (DSML): `<think>` reasoning, and `<｜DSML｜function_calls>` (V4:
+`<｜DSML｜tool_calls>`) blocks of `<｜DSML｜invoke name="F">` with
+`<｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>` (false: V is JSON)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..args.xml_kv import XmlKvSyntax, xml_kv_codec
+from ..spec import FormatSpec
+
+DSML = "｜DSML｜"
+
+DSML_SYNTAX = XmlKvSyntax(
+    call_open=f"<{DSML}invoke name=",
+    name_close=(">",),
+    call_close=f"</{DSML}invoke>",
+    key_open=f"<{DSML}parameter name=",
+    key_close=">",
+    value_open="",
+    value_close=f"</{DSML}parameter>",
+    quoted=True,
+    string_attr=True,
+    # the end of either block (V3.2, V4) and of the turn
+    structural=(f"</{DSML}function_calls>", f"</{DSML}tool_calls>", "<｜end▁of▁sentence｜>"),
+)
+
+DEEPSEEK_V32 = FormatSpec(
+    name="deepseek_v32",
+    description="DeepSeek V3.2 (DSML function_calls; thinking off unless asked)",
+    aliases=("deepseek-v3.2", "deepseek_v3.2", "deepseek_v3_2"),
+    reasoning_open=("<think>",),
+    reasoning_close=("</think>",),
+    default_thinking=False,
+    thinking_starts_in_reasoning=True,  # with thinking on the prompt ends with `<think>`
+    call_open=(f"<{DSML}function_calls>",),
+    call_close=(f"</{DSML}function_calls>",),
+    codec=xml_kv_codec("DsmlCallCodec", DSML_SYNTAX),
+    end=("<｜end▁of▁sentence｜>",),
+    template="deepseek/chat_template.v3.2.jinja",
+)
+
+DEEPSEEK_V4 = dataclasses.replace(
+    DEEPSEEK_V32,
+    name="deepseek_v4",
+    description="DeepSeek V4 (DSML tool_calls; thinking off unless asked)",
+    aliases=("deepseek-v4",),
+    call_open=(f"<{DSML}tool_calls>",),
+    call_close=(f"</{DSML}tool_calls>",),
+    template=None,  # V4 tokenizer_config.json in shared/models carries no chat template
+)
+
+SPECS = (DEEPSEEK_V32, DEEPSEEK_V4)

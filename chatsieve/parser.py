@@ -50,14 +50,6 @@ def resolve_delimiters(spec: FormatSpec, tokenizer: Any) -> dict[str, int | None
     return gates
 
 
-def _control_ids(tokenizer: Any) -> frozenset[int]:
-    ids = getattr(tokenizer, "special_ids", None)
-    if ids is not None:
-        return frozenset(ids)
-    decoder = tokenizer.hf.get_added_tokens_decoder()
-    return frozenset(i for i, t in decoder.items() if t.special)
-
-
 class StreamParser:
     """Feed model output as it arrives; each call returns the events it settles.
 
@@ -98,7 +90,7 @@ class StreamParser:
             id_markers = {tid: d for d, tid in self.gated.items() if tid is not None}
             text_markers = [d for d, tid in self.gated.items() if tid is None]
             text_markers += self.spec.text_call_open
-            self._lexer = MarkerLexer(text_markers, id_markers, _control_ids(tokenizer))
+            self._lexer = MarkerLexer(text_markers, id_markers, tokenizer.special_ids)
         else:
             self.gated = {d: None for d in self.spec.delimiters}
             self._lexer = MarkerLexer(self.spec.delimiters + self.spec.text_call_open)

@@ -170,6 +170,11 @@ class Tokenizer:
     def is_added(self, id: int) -> bool:
         return id in self._added_ids
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        """Ids of the added tokens marked special: control tokens, never shown as text."""
+        return self._special_ids
+
     def single_token_id(self, text: str) -> int | None:
         """The id if `text` is exactly the content of one added token, else None."""
         return self._added.get(text)

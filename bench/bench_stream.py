@@ -7,15 +7,13 @@
 
 from __future__ import annotations
 
-import json
-import lzma
 import os
 import sys
 import time
 from pathlib import Path
 
 from chatsieve import StreamParser
-from chatsieve.tokenizer import load_tokenizer
+from chatsieve.tokenizer import derive_gemma4_tokenizer, load_tokenizer
 
 SIZES = (2_000, 8_000, 32_000)
 REPEAT = 3
@@ -28,56 +26,41 @@ def models_dir() -> Path:
     sys.exit("bench: set CHATSIEVE_MODELS to the shared models directory")
 
 
-def gemma4_tokenizer(base: Path):
-    from tokenizers import Tokenizer
-
-    j = json.loads(lzma.open(base / "gemma3/tokenizer.json.xz", "rt", encoding="utf-8").read())
-    spec = json.loads((base / "gemma4/special_tokens.json").read_text())["tokens"]
-    ren = {int(i): t["content"] for i, t in spec.items() if t.get("gemma3_piece")}
-    vocab = j["model"]["vocab"]
-    inv = {i: t for t, i in vocab.items()}
-    for i, new in ren.items():
-        del vocab[inv[i]]
-        vocab[new] = i
-    for a in j["added_tokens"]:
-        if a["id"] in ren:
-            a["content"] = ren[a["id"]]
-    return load_tokenizer(Tokenizer.from_str(json.dumps(j)))
-
-
 PROSE = (
     "The forecast for Cambridge shows light rain in the morning, clearing by noon, with "
     "winds from the northwest at twelve miles per hour. 明天有小雨，下午转晴。 "
 )
 
 
-def gemma4_output(tok, n_tokens: int) -> list[int]:
-    """Reasoning (40%), content (30%), then one call with a long string argument (30%)."""
-    def fill(n):
+# (reasoning open, reasoning close, call opening up to the long string, call end)
+SHAPES = {
+    "gemma4": (
+        "<|channel>thought\n",
+        "<channel|>",
+        '<|tool_call>call:write_file{path:<|"|>/tmp/notes.txt<|"|>,content:<|"|>',
+        '<|"|>,append:true}<tool_call|><turn|>',
+    ),
+    "qwen3": (
+        "<think>\n",
+        "\n</think>\n\n",
+        '<tool_call>\n{"name": "write_file", "arguments": {"path": "/tmp/notes.txt", "content": "',
+        '", "append": true}}\n</tool_call><|im_end|>',
+    ),
+}
+
+
+def make_output(fmt: str, tok, n_tokens: int) -> list[int]:
+    """Reasoning (40%), content (30%), then one call whose string argument fills the rest."""
+    r_open, r_close, call_open, call_end = (tok.encode(s) for s in SHAPES[fmt])
+
+    def fill(n: int) -> list[int]:
         ids: list[int] = []
         while len(ids) < n:
             ids += tok.encode(PROSE)
         return ids[:n]
 
-    r, c = int(n_tokens * 0.4), int(n_tokens * 0.3)
-    ids = tok.encode("<|channel>thought\n") + fill(r) + tok.encode("<channel|>") + fill(c)
-    ids += tok.encode('<|tool_call>call:write_file{path:<|"|>/tmp/notes.txt<|"|>,content:<|"|>')
-    ids += fill(n_tokens - len(ids) - 8) + tok.encode('<|"|>,append:true}<tool_call|><turn|>')
-    return ids
-
-
-def qwen3_output(tok, n_tokens: int) -> list[int]:
-    def fill(n):
-        ids: list[int] = []
-        while len(ids) < n:
-            ids += tok.encode(PROSE)
-        return ids[:n]
-
-    r, c = int(n_tokens * 0.4), int(n_tokens * 0.3)
-    ids = tok.encode("<think>\n") + fill(r) + tok.encode("\n</think>\n\n") + fill(c)
-    ids += tok.encode('<tool_call>\n{"name": "write_file", "arguments": {"path": "/tmp/notes.txt", "content": "')
-    ids += fill(n_tokens - len(ids) - 12) + tok.encode('", "append": true}}\n</tool_call><|im_end|>')
-    return ids
+    ids = r_open + fill(int(n_tokens * 0.4)) + r_close + fill(int(n_tokens * 0.3)) + call_open
+    return ids + fill(n_tokens - len(ids) - len(call_end)) + call_end
 
 
 def timed(fn) -> float:
@@ -108,21 +91,21 @@ def run_tokens(fmt, tok, ids):
 def main() -> None:
     base = models_dir()
     rows = []
-    for fmt, tok, make in (
-        ("gemma4", gemma4_tokenizer(base), gemma4_output),
-        ("qwen3", load_tokenizer(base / "qwen3"), qwen3_output),
+    for fmt, tok in (
+        ("gemma4", derive_gemma4_tokenizer(base / "gemma3", base / "gemma4/special_tokens.json")),
+        ("qwen3", load_tokenizer(base / "qwen3")),
     ):
         for mode in ("text", "tokens"):
             times = {}
             for n in SIZES:
-                ids = make(tok, n)
+                ids = make_output(fmt, tok, n)
                 if mode == "text":
                     pieces = [tok.decode([i]) for i in ids]
                     check = run_text(fmt, pieces)
-                    t = timed(lambda pieces=pieces: run_text(fmt, pieces))
+                    t = timed(lambda fmt=fmt, pieces=pieces: run_text(fmt, pieces))
                 else:
                     check = run_tokens(fmt, tok, ids)
-                    t = timed(lambda ids=ids: run_tokens(fmt, tok, ids))
+                    t = timed(lambda fmt=fmt, tok=tok, ids=ids: run_tokens(fmt, tok, ids))
                 assert len(check.message.tool_calls) == 1, check.message.diagnostics
                 times[n] = t
                 rows.append((fmt, mode, n, t * 1e6 / len(ids)))

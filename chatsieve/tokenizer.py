@@ -342,3 +342,28 @@ def load_tokenizer(
         generation_config=generation_config,
         chat_template_file=chat_template_file,
     )
+
+
+def derive_gemma4_tokenizer(gemma3_dir: str | Path, special_tokens: str | Path) -> Tokenizer:
+    """A Gemma 4 tokenizer made from Gemma 3's: Gemma 4 keeps Gemma 3's vocabulary and
+    gives control meanings to placeholder pieces at the same ids. `special_tokens` is a
+    JSON table `{"tokens": {id: {"content", "gemma3_piece"}}}` naming the renamed pieces
+    (shared/models/gemma4/special_tokens.json); its README shows this reproduces the
+    Gemma 4 tokenizer test vectors."""
+    tk = _import_tokenizers()
+    gemma3 = Path(gemma3_dir)
+    tok_file = _first_existing(gemma3, ("tokenizer.json", "tokenizer.json.xz"))
+    if tok_file is None:
+        raise TokenizerNotFoundError(f"no tokenizer.json(.xz) in {gemma3}")
+    data = json.loads(_read_text(tok_file))
+    table = _read_json(Path(special_tokens))["tokens"]
+    renamed = {int(i): t["content"] for i, t in table.items() if t.get("gemma3_piece")}
+    vocab = data["model"]["vocab"]
+    piece_of = {i: piece for piece, i in vocab.items()}
+    for i, content in renamed.items():
+        del vocab[piece_of[i]]
+        vocab[content] = i
+    for added in data["added_tokens"]:
+        if added["id"] in renamed:
+            added["content"] = renamed[added["id"]]
+    return Tokenizer(tk.Tokenizer.from_str(json.dumps(data)), config={})

@@ -48,21 +48,17 @@ def model_path(rel: str) -> Path:
 
 
 @functools.cache
-def gemma4_tokenizer_json() -> str:
-    """Gemma 4 tokenizer.json text, derived from Gemma 3's as shared/models/README shows."""
+def gemma4_tokenizer():
+    """Gemma 4's tokenizer, derived from Gemma 3's as shared/models/README shows."""
+    from chatsieve.tokenizer import derive_gemma4_tokenizer
+
     base = models_dir()
-    j = json.loads(lzma.open(base / "gemma3/tokenizer.json.xz", "rt", encoding="utf-8").read())
-    spec = json.loads((base / "gemma4/special_tokens.json").read_text())["tokens"]
-    ren = {int(i): t["content"] for i, t in spec.items() if t.get("gemma3_piece")}
-    vocab = j["model"]["vocab"]
-    inv = {i: t for t, i in vocab.items()}
-    for i, new in ren.items():
-        del vocab[inv[i]]
-        vocab[new] = i
-    for a in j["added_tokens"]:
-        if a["id"] in ren:
-            a["content"] = ren[a["id"]]
-    return json.dumps(j)
+    return derive_gemma4_tokenizer(base / "gemma3", base / "gemma4/special_tokens.json")
+
+
+def gemma4_tokenizer_json() -> str:
+    """The derived Gemma 4 tokenizer as tokenizer.json text."""
+    return gemma4_tokenizer().hf.to_str()
 
 
 @functools.cache
@@ -143,9 +139,7 @@ def _load(name: str):
     from chatsieve.tokenizer import load_tokenizer
 
     if name == "gemma4":
-        from tokenizers import Tokenizer
-
-        return load_tokenizer(Tokenizer.from_str(gemma4_tokenizer_json()))
+        return gemma4_tokenizer()
     if name == "kimi_k2":  # a stand-in: Qwen3's vocabulary with Kimi's delimiters added
         from tokenizers import Tokenizer
 

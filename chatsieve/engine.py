@@ -60,7 +60,7 @@ class Engine:
         self.thinking = spec.default_thinking if thinking is None else bool(thinking)
         self.stream_arguments = stream_arguments
         self.out: list = []  # events, and (kind, text, start, end) for text
-        self._ctx = CallContext(tools)
+        self._tools = tools
         self._content = FieldSink("content", self.out)
         self._reasoning = FieldSink("reasoning", self.out)
         self._filter = spec.content_filter(self.thinking) if spec.content_filter else None
@@ -84,7 +84,8 @@ class Engine:
         self._block_empty = True  # nothing but whitespace/label seen in the current block
         self._later_span = False  # inside a later reasoning span shown as content
         self._calls = 0  # calls emitted (whole mode) or started (streaming mode)
-        self._pending: list = []  # whole mode: the current call's start and args
+        self._call: tuple[str, str] | None = None  # the open call's id and name
+        self._pending: list[str] = []  # its argument text not yet sent
         self._cur: int | None = None  # streaming mode: index of the open call
         self.truncated = False
         self.called = False
@@ -106,8 +107,8 @@ class Engine:
                 if spec.reasoning_label and not tail.strip():
                     self._label = ""
                 return
-            if last_open >= 0 or last_close >= 0 or not spec.thinking_starts_in_reasoning:
-                return
+            if last_open >= 0 or last_close >= 0:
+                return  # the prompt closed its last block: the output starts as content
         if self.thinking and spec.thinking_starts_in_reasoning:
             self._mode = REASONING
 
@@ -334,7 +335,7 @@ class Engine:
     def _open_region(self, return_mode: str, *, tentative: bool = False, opener: str | None = None) -> None:
         if self._start_held is not None:
             self._flush_start_held()
-        self._region = self.spec.codec(CallContext(self._ctx.tools, tentative=tentative, opener=opener))
+        self._region = self.spec.codec(CallContext(self._tools, tentative=tentative, opener=opener))
         self._region_return = return_mode
         self._raw = []
         self._replay = [] if tentative else None
@@ -380,50 +381,56 @@ class Engine:
         self._boundary()
 
     def _drain(self) -> None:
+        """Turn the codec's ops into events: a call goes out whole once it ends, or
+        (stream_arguments) piece by piece from its start."""
         region = self._region
         ops, region.ops = region.ops, []
+        stream = self.stream_arguments
         for op in ops:
             if isinstance(op, Start):
-                call_id = self.spec.call_id(op.native_id)
-                if self.stream_arguments:
+                self._call = (self.spec.call_id(op.native_id), op.name)
+                if stream:
                     self._cur = self._calls
                     self._calls += 1
-                    self.out.append(ToolCallStart(self._cur, call_id, op.name))
-                else:
-                    self._pending = [call_id, op.name]
+                    self.out.append(ToolCallStart(self._cur, *self._call))
+                    self._flush_args()
             elif isinstance(op, Args):
-                if self.stream_arguments:
-                    if self._cur is not None:
-                        self.out.append(ToolCallArgsDelta(self._cur, op.json_text))
-                else:
-                    self._pending.append(op.json_text)
-            elif isinstance(op, End):
+                self._pending.append(op.json_text)
+                if stream and self._cur is not None:
+                    self._flush_args()
+            elif isinstance(op, End) and self._call is not None:
                 self.called = True
-                if self.stream_arguments:
-                    if self._cur is not None:
-                        self.out.append(ToolCallEnd(self._cur))
-                    self._cur = None
-                elif self._pending:
+                if stream:
+                    self._flush_args()
+                    self.out.append(ToolCallEnd(self._cur))
+                else:
                     index = self._calls
                     self._calls += 1
-                    call_id, name, *frags = self._pending
-                    self.out.append(ToolCallStart(index, call_id, name))
-                    self.out.append(ToolCallArgsDelta(index, "".join(frags)))
+                    self.out.append(ToolCallStart(index, *self._call))
+                    self.out.append(ToolCallArgsDelta(index, "".join(self._pending)))
                     self.out.append(ToolCallEnd(index))
-                self._pending = []
-                self._raw = []
-            elif isinstance(op, Fail):
-                if op.truncated:
+                self._forget_call()
+            elif isinstance(op, Fail | End):  # an End without a Start is a codec's slip: no call
+                why = op.why if isinstance(op, Fail) else "the call has no name"
+                if isinstance(op, Fail) and op.truncated:
                     self.truncated = True
-                if self.stream_arguments and self._cur is not None:
+                if stream and self._cur is not None:
                     self.out.append(ToolCallEnd(self._cur, incomplete=True))
-                    self._cur = None
-                self._pending = []
-                raw = "".join(self._raw)
-                self._raw = []
-                self.out.append(Dropped(raw, f"tool call not executed: {op.why}"))
+                self.out.append(Dropped("".join(self._raw), f"tool call not executed: {why}"))
+                self._forget_call()
             elif isinstance(op, Junk):
                 self.out.append(Dropped(op.raw, op.why))
+
+    def _flush_args(self) -> None:
+        if self._pending:
+            self.out.append(ToolCallArgsDelta(self._cur, "".join(self._pending)))
+            self._pending.clear()
+
+    def _forget_call(self) -> None:
+        self._call = None
+        self._cur = None
+        self._pending = []
+        self._raw = []
 
     # ---- end -----------------------------------------------------------------------------
     def finish(self, *, cut: bool = True) -> None:

@@ -44,6 +44,7 @@ class Gemma4CallCodec(RegionCodec):
         self._string_parts: list[str] = []
         self._error: str | None = None
         self._junk: list[str] = []
+        self._prefixed = False  # the body began with `call:`
 
     # ---- interface ---------------------------------------------------------------------
     def feed(self, text: str) -> int:
@@ -153,10 +154,11 @@ class Gemma4CallCodec(RegionCodec):
         return True
 
     def close(self, *, truncated: bool) -> None:
-        if self._st in (NAME, BODY_OR_END) and not truncated and self._error is None:
+        if self._st in (NAME, BODY_OR_END) and self._prefixed and not truncated and self._error is None:
             if self._st == NAME:
                 self._name_done()  # `call:NAME` with no braces: no arguments
             if self._error is None:
+                self.start(self._name)
                 self.args("{}")
                 self._st = DONE
         if self._error is None and self._st != DONE:
@@ -188,6 +190,7 @@ class Gemma4CallCodec(RegionCodec):
                 i += 1
             if self._buf == "call:":
                 self._st, self._buf = NAME, ""
+                self._prefixed = True
             elif i < n:
                 self._st = NAME  # no `call:` prefix: what is held begins the name
             return i

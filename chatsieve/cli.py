@@ -147,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"chatsieve {args.cmd}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `chatsieve parse ... | head`: the reader left; not an error
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

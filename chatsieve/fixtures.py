@@ -60,7 +60,10 @@ class Failure:
 
 
 def load_cases(path: str | Path) -> list[Case]:
-    import yaml
+    try:
+        import yaml
+    except ImportError:
+        raise FixtureError("reading fixtures needs PyYAML: pip install 'chatsieve[fixtures]'") from None
 
     p = Path(path)
     try:

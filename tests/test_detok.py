@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import tokenizers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import gemma4_tokenizer_json, model_path
@@ -15,8 +16,6 @@ from test_tokenizer import tok_for as shared_tok_for
 from chatsieve.detok import Detokenizer, StopChecker
 from chatsieve.events import Piece, TokenLogprob
 from chatsieve.tokenizer import Tokenizer, load_tokenizer
-
-tokenizers = pytest.importorskip("tokenizers")
 
 FFFD = "\ufffd"
 

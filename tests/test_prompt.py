@@ -10,6 +10,7 @@ import json
 
 import jinja2
 import pytest
+import transformers
 from models import gemma4_tokenizer_json, model_path
 
 from chatsieve.prompt import (
@@ -21,8 +22,6 @@ from chatsieve.prompt import (
     render_text,
 )
 from chatsieve.tokenizer import Tokenizer, load_tokenizer
-
-transformers = pytest.importorskip("transformers")
 
 # -- real tokenizers, loaded once -------------------------------------------------------------
 

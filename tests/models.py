@@ -155,3 +155,15 @@ def tokenizer(name: str):
     """A real tokenizer by short name (gemma4 is derived from Gemma 3's, see README)."""
     models_dir()  # skip (or fail under CI) when the models are absent
     return _load(name)
+
+
+@functools.cache
+def chat_tokenizer(family: str):
+    """A real tokenizer as chat templates see it, by directory under the models dir
+    (gemma4: the derived one, given Gemma's bos/eos/pad tokens)."""
+    from chatsieve.tokenizer import load_tokenizer
+
+    if family == "gemma4":
+        config = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}
+        return load_tokenizer(gemma4_tokenizer().hf, config=config)
+    return load_tokenizer(model_path(family))

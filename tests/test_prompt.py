@@ -11,7 +11,7 @@ import json
 import jinja2
 import pytest
 import transformers
-from models import gemma4_tokenizer_json, model_path
+from models import chat_tokenizer, model_path
 
 from chatsieve.prompt import (
     GEMMA4_EMPTY_THOUGHT,
@@ -21,23 +21,15 @@ from chatsieve.prompt import (
     render_prompt,
     render_text,
 )
-from chatsieve.tokenizer import Tokenizer, load_tokenizer
+from chatsieve.tokenizer import Tokenizer
 
 # -- real tokenizers, loaded once -------------------------------------------------------------
 
 _CONFIG_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
-@functools.cache
 def tokenizer(family: str) -> Tokenizer:
-    if family == "gemma4":
-        from tokenizers import Tokenizer as HFTokenizer
-
-        return load_tokenizer(
-            HFTokenizer.from_str(gemma4_tokenizer_json()),
-            config={"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
-        )
-    return load_tokenizer(model_path(family))
+    return chat_tokenizer(family)
 
 
 def _tokens_of(tok: Tokenizer) -> dict[str, str]:

@@ -13,23 +13,15 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import gemma4_tokenizer_json, model_path
+from models import chat_tokenizer, model_path
 
 from chatsieve import formats
 from chatsieve.prompt import Prompt, PromptError, render_prompt
 from chatsieve.tokenizer import Tokenizer, load_tokenizer
 
 
-@functools.cache
 def tokenizer(family: str) -> Tokenizer:
-    if family == "gemma4":
-        from tokenizers import Tokenizer as HFTokenizer
-
-        return load_tokenizer(
-            HFTokenizer.from_str(gemma4_tokenizer_json()),
-            config={"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"},
-        )
-    return load_tokenizer(model_path(family))
+    return chat_tokenizer(family)
 
 
 @functools.cache

@@ -80,10 +80,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         n, failures = check_paths(args.paths, _tokenizer_resolver(models))
     except FixtureError as e:
         raise UsageError(str(e)) from None
+    by_case: dict[tuple[str, str], list] = {}
     for f in failures:
-        print(f"FAIL {f}")
-    failed_cases = len({(f.case.file, f.case.name) for f in failures})
-    print(f"{n - failed_cases} passed, {failed_cases} failed")
+        by_case.setdefault((f.case.file, f.case.name), []).append(f)
+    for fs in by_case.values():  # one line per failing case: its first failure
+        more = f" (+{len(fs) - 1} more modes)" if len(fs) > 1 else ""
+        print(f"FAIL {fs[0]}{more}")
+    print(f"{n - len(by_case)} passed, {len(by_case)} failed")
     return 1 if failures else 0
 
 

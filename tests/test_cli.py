@@ -78,6 +78,7 @@ def test_check_reports_failing_cases(tmp_path):
     assert r.returncode == 1
     assert "1 passed, 1 failed" in r.stdout
     assert "FAIL" in r.stdout and "mine.yaml::wrong" in r.stdout and "mine.yaml::good" not in r.stdout
+    assert len([line for line in r.stdout.splitlines() if line.startswith("FAIL")]) == 1
 
 
 def test_check_runs_the_suite_fixtures():

@@ -28,19 +28,6 @@ _WINDOW = 8
 _MAX_FFFD_HOLD = 4
 
 
-def _gpt2_byte_decoder() -> dict[str, int]:
-    """The GPT-2 byte-level alphabet: printable stand-in character -> byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
-    chars = list(printable)
-    n = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
-
-
 class Detokenizer:
     """Turns generated token ids into text pieces, exactly as one `decode()` of them all.
 
@@ -63,11 +50,8 @@ class Detokenizer:
         self._added_text: dict[int, str] = {}
         self._ids: list[int] = []  # pending ids (no text emitted for them yet)
         self._lps: list[TokenLogprob | None] = []
-        decoder = getattr(getattr(tokenizer, "hf", None), "decoder", None)
-        self._byte_level = type(decoder).__name__ == "ByteLevel"
+        self._byte_level = tokenizer.byte_level
         if self._byte_level:
-            self._byte_map = _gpt2_byte_decoder()
-            self._token_bytes: dict[int, bytes] = {}
             self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
             self._text: list[str] = []  # decoded text of the pending ids
         else:
@@ -136,22 +120,10 @@ class Detokenizer:
 
     # -- byte-level BPE -----------------------------------------------------------------
 
-    def _bytes_of(self, token_id: int) -> bytes:
-        b = self._token_bytes.get(token_id)
-        if b is None:
-            token = self._tok.id_to_token(token_id) or ""
-            byte_map = self._byte_map
-            if all(c in byte_map for c in token):
-                b = bytes(byte_map[c] for c in token)
-            else:  # as the ByteLevel decoder: a token outside the alphabet is taken verbatim
-                b = token.encode("utf-8")
-            self._token_bytes[token_id] = b
-        return b
-
     def _push_byte_level(self, token_id: int, lp: TokenLogprob | None, out: list[Piece]) -> None:
         self._ids.append(token_id)
         self._lps.append(lp)
-        text = self._utf8.decode(self._bytes_of(token_id))
+        text = self._utf8.decode(self._tok.token_bytes(token_id))
         if text:
             self._text.append(text)
         # Emit only at a character boundary, so a piece holds whole tokens.

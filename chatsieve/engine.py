@@ -201,7 +201,7 @@ class Engine:
             return
         if mode == REASONING:
             if m in self._r_close:
-                self._end_block()
+                self._release_label()
                 self._mode = CONTENT
                 self._boundary()
             elif m in self._c_open:
@@ -209,10 +209,10 @@ class Engine:
                     self._release_label()
                     self._open_region(REASONING, opener=m)
                 else:
-                    self._end_block()
+                    self._release_label()
                     self._open_region(CONTENT, opener=m)
             elif m in self._end:
-                self._end_block()
+                self._release_label()
                 self._mode = DONE
             elif m in self._r_open and self._block_empty:
                 self._label = "" if self.spec.reasoning_label else None
@@ -323,9 +323,6 @@ class Engine:
         held, self._label = self._label, None
         if held and held.rstrip("\n") != self.spec.reasoning_label:
             self._field_text(held, self._label_start)
-
-    def _end_block(self) -> None:
-        self._release_label()
 
     def _boundary(self) -> None:
         if self._filter is not None:

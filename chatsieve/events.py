@@ -5,6 +5,7 @@ Events are small frozen values; `MessageBuilder` folds them into a `Message`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 
@@ -94,8 +95,6 @@ class Message:
 
     def to_dict(self) -> dict:
         """The CLI's JSON shape: arguments as objects where they parse."""
-        import json
-
         calls = []
         for c in self.tool_calls:
             try:

@@ -67,11 +67,6 @@ class MarkerLexer:
         self._scan(piece.text, out)
         return out
 
-    def feed_text(self, text: str) -> list[Segment]:
-        out: list[Segment] = []
-        self._scan(text, out)
-        return out
-
     def finish(self) -> list[Segment]:
         out: list[Segment] = []
         self._flush(out)

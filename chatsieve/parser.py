@@ -132,8 +132,7 @@ class StreamParser:
         pieces = self._detok.finish() if self._detok is not None else []
         # A stop (token, string, or the engine's "stop") means the model ended the
         # output: an unfinished call is then malformed, not truncated.
-        self._cut = finish_reason != "stop"
-        events = self._run(pieces, final=True)
+        events = self._run(pieces, final=True, cut=finish_reason != "stop")
         self._done = True
         eng = self._engine
         if eng.truncated:
@@ -161,7 +160,7 @@ class StreamParser:
         return self._stops is not None and self._stops.stopped
 
     # ---- pipeline ----------------------------------------------------------------------
-    def _run(self, pieces: list[Piece], final: bool = False) -> list[Event]:
+    def _run(self, pieces: list[Piece], final: bool = False, cut: bool = True) -> list[Event]:
         if self._stops is not None:
             pieces = self._stops.feed(pieces)
             if final:
@@ -176,7 +175,7 @@ class StreamParser:
         if final:
             for seg in lexer.finish():
                 engine.segment(seg)
-            engine.finish(cut=self._cut and not self.stopped)
+            engine.finish(cut=cut and not self.stopped)
         return self._events()
 
     def _events(self) -> list[Event]:

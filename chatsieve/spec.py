@@ -4,7 +4,7 @@ cleaning rules. The shared engine (engine.py) does the rest."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from .args.base import CallContext, RegionCodec, openai_call_id
@@ -50,7 +50,6 @@ class FormatSpec:
     call_id: Callable[[str | None], str] = openai_call_id
     template: str | None = None  # chat template in shared/models, for the README table
     engine: type | None = None  # an Engine subclass for grammars beyond the shared one
-    extra: dict = field(default_factory=dict)
 
     @property
     def delimiters(self) -> tuple[str, ...]:

@@ -66,6 +66,20 @@ class TokenizerNotFoundError(FileNotFoundError, ValueError):
     """A tokenizer directory or its tokenizer files are missing."""
 
 
+def gpt2_byte_decoder() -> dict[str, int]:
+    """The GPT-2 byte-level alphabet: printable stand-in character -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
+    chars = list(printable)
+    n = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+
 def _import_tokenizers():
     try:
         import tokenizers
@@ -131,6 +145,9 @@ class Tokenizer:
         self._added_ids: frozenset[int] = frozenset(self._added.values())
         self._special_ids: frozenset[int] = frozenset(i for i, tok in decoder if tok.special)
         self.stop_token_ids: frozenset[int] = frozenset(self._find_stop_token_ids())
+        self.byte_level = type(hf.decoder).__name__ == "ByteLevel"
+        self._byte_map = gpt2_byte_decoder() if self.byte_level else None
+        self._token_bytes: dict[int, bytes] = {}
 
     def _find_stop_token_ids(self) -> Iterable[int]:
         if self.eos_token is not None:
@@ -169,6 +186,33 @@ class Tokenizer:
 
     def is_added(self, id: int) -> bool:
         return id in self._added_ids
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """A token's raw bytes, as the decoder would produce them (memoised per tokenizer):
+        byte-level pieces through GPT-2's byte alphabet (a piece outside it verbatim),
+        `<0xNN>` byte-fallback pieces as that byte, U+2581 as a space, added tokens as
+        their text."""
+        b = self._token_bytes.get(token_id)
+        if b is None:
+            b = self._token_bytes[token_id] = self._raw_bytes(token_id)
+        return b
+
+    def _raw_bytes(self, token_id: int) -> bytes:
+        piece = self.id_to_token(token_id)
+        if piece is None:
+            return b""
+        if token_id in self._added_ids:
+            return piece.encode("utf-8")
+        if self._byte_map is not None:
+            if all(c in self._byte_map for c in piece):
+                return bytes(self._byte_map[c] for c in piece)
+            return piece.encode("utf-8")
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return piece.replace("\u2581", " ").encode("utf-8")
 
     @property
     def special_ids(self) -> frozenset[int]:

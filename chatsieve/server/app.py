@@ -7,7 +7,6 @@ request -> render_prompt (isolation on) -> prompt ids -> backend -> generated id
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import json
 import logging
@@ -85,7 +84,7 @@ class ChatService:
         self.model = config.model_name
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.model_dir)
         self.stop_token_ids = tuple(sorted(self.tokenizer.stop_token_ids))
-        self.token_bytes = token_bytes_of(self.tokenizer)
+        self.token_bytes = self.tokenizer.token_bytes
         self.created = int(time.time())
         self.client: httpx.AsyncClient | None = None
         self.backend: Backend | None = None
@@ -174,36 +173,6 @@ class ChatService:
         )
         assert self.backend is not None, "ChatService.start() was not awaited"
         return Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))
-
-
-def token_bytes_of(tokenizer: Any) -> Callable[[int], bytes]:
-    """A token id's raw bytes (for logprobs' ``bytes``): byte-level BPE pieces mapped back
-    through GPT-2's byte alphabet; SentencePiece pieces with U+2581 as a space and ``<0xNN>``
-    byte-fallback pieces as that byte; added tokens as their text."""
-    from chatsieve.detok import _gpt2_byte_decoder
-
-    decoder = getattr(getattr(tokenizer, "hf", None), "decoder", None)
-    byte_map = _gpt2_byte_decoder() if type(decoder).__name__ == "ByteLevel" else None
-
-    @functools.lru_cache(maxsize=1 << 16)
-    def token_bytes(token_id: int) -> bytes:
-        piece = tokenizer.id_to_token(token_id)
-        if piece is None:
-            return b""
-        if tokenizer.is_added(token_id):
-            return piece.encode("utf-8")
-        if byte_map is not None:
-            if all(c in byte_map for c in piece):
-                return bytes(byte_map[c] for c in piece)
-            return piece.encode("utf-8")
-        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
-            try:
-                return bytes([int(piece[3:5], 16)])
-            except ValueError:
-                pass
-        return piece.replace("\u2581", " ").encode("utf-8")
-
-    return token_bytes
 
 
 class Generation:

@@ -48,6 +48,10 @@ class FormatSpec:
     strip: tuple[str, ...] = ()  # removed wherever they appear outside a call
     content_filter: Callable[[bool], ContentFilter | None] | None = None  # given thinking
     call_id: Callable[[str | None], str] = openai_call_id
+    # for the formats table (`chatsieve formats`, README): one line each, Markdown allowed
+    reasoning_doc: str = ""  # e.g. "`<think>…</think>`, on by default"
+    calls_doc: str = ""  # e.g. "`<tool_call>{\"name\", \"arguments\"}</tool_call>`"
+    tokenizer_doc: str = ""  # the real tokenizer its token-mode fixtures use, e.g. "qwen3"
     template: str | None = None  # chat template in shared/models, for the README table
     engine: type | None = None  # an Engine subclass for grammars beyond the shared one
 

@@ -46,7 +46,9 @@ def tiktoken_encoding(name: str) -> tiktoken.Encoding:
         spec = json.loads((M / "llama4/special_tokens.json").read_text(encoding="utf-8"))
         ranks = load_tiktoken_bpe(str(M / "llama4/tokenizer.model"))
         specials = {t: spec["num_base_tokens"] + i for i, t in enumerate(spec["special_tokens"])}
-        return tiktoken.Encoding(name, pat_str=spec["pattern"], mergeable_ranks=ranks, special_tokens=specials)
+        return tiktoken.Encoding(
+            name, pat_str=spec["pattern"], mergeable_ranks=ranks, special_tokens=specials
+        )
     ranks = load_tiktoken_bpe(str(M / "hunyuan/hy.tiktoken"))
     specials = {t: len(ranks) + i for i, t in enumerate(HUNYUAN_SPECIALS)}
     return tiktoken.Encoding(name, pat_str=HUNYUAN_PATTERN, mergeable_ranks=ranks, special_tokens=specials)

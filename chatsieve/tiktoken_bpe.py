@@ -104,7 +104,11 @@ LAYOUTS: dict[str, TiktokenLayout] = {
 def find_tiktoken_file(directory: Path) -> Path | None:
     """`tiktoken.model`, a `*.tiktoken` file, or a `tokenizer.model` in tiktoken's text
     format (a SentencePiece `tokenizer.model` is binary and is not taken)."""
-    candidates = [directory / "tiktoken.model", *sorted(directory.glob("*.tiktoken")), directory / "tokenizer.model"]
+    candidates = [
+        directory / "tiktoken.model",
+        *sorted(directory.glob("*.tiktoken")),
+        directory / "tokenizer.model",
+    ]
     for p in candidates:
         if p.is_file():
             with p.open("rb") as f:
@@ -149,9 +153,7 @@ def _merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
         if n == 2:
             add((token[0], token[1]))
         elif n > 2:
-            splits = [
-                (left, get(token[i:]), i) for i in range(1, n) if (left := get(token[:i])) is not None
-            ]
+            splits = [(left, get(token[i:]), i) for i in range(1, n) if (left := get(token[:i])) is not None]
             splits = sorted(s for s in splits if s[1] is not None)
             for _, _, i in splits:
                 add((token[:i], token[i:]))
@@ -216,7 +218,9 @@ def tiktoken_tokenizer(tk: Any, path: Path, config: dict) -> tuple[Any, dict]:
     hf.add_tokens([tk.AddedToken(s.content, special=s.special, normalized=False) for s in specials])
     for s in specials:
         if hf.token_to_id(s.content) != s.id:
-            raise ValueError(f"{path}: special token {s.content!r} got id {hf.token_to_id(s.content)}, expected {s.id}")
+            raise ValueError(
+                f"{path}: special token {s.content!r} got id {hf.token_to_id(s.content)}, expected {s.id}"
+            )
     return hf, {k: v for k, v in implied.items() if v}
 
 

@@ -85,7 +85,9 @@ def test_the_control_without_its_prefix_is_text():
 
 
 def test_another_id_during_the_tail_settles_it_first():
-    segs = lex(["<", ctrl(), "tool_", Piece("<think>", (7,), special=True), "calls>"], id_markers={7: "<think>"})
+    segs = lex(
+        ["<", ctrl(), "tool_", Piece("<think>", (7,), special=True), "calls>"], id_markers={7: "<think>"}
+    )
     assert merged(segs) == [Text("<｜DSML｜tool_", 0), Marker("<think>", 12), Text("calls>", 19)]
 
 
@@ -102,7 +104,9 @@ def test_with_text_markers_beside_it():
 
 # -- property: any chunking, any mix of spelled and genuine controls --------------------------
 
-_WORDS = st.sampled_from(["<", "</", "/", "tool_calls>", "tool_", "calls>", "x", " ", "<<", "tool_calls>\n", "｜DSML｜"])
+_WORDS = st.sampled_from(
+    ["<", "</", "/", "tool_calls>", "tool_", "calls>", "x", " ", "<<", "tool_calls>\n", "｜DSML｜"]
+)
 
 
 @st.composite

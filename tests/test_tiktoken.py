@@ -131,11 +131,15 @@ def reference(name: str) -> tiktoken.Encoding:
         spec = json.loads(model_path("llama4/special_tokens.json").read_text(encoding="utf-8"))
         ranks = load_tiktoken_bpe(str(model_path("llama4/tokenizer.model")))
         specials = {t: spec["num_base_tokens"] + i for i, t in enumerate(spec["special_tokens"])}
-        return tiktoken.Encoding("llama4", pat_str=spec["pattern"], mergeable_ranks=ranks, special_tokens=specials)
+        return tiktoken.Encoding(
+            "llama4", pat_str=spec["pattern"], mergeable_ranks=ranks, special_tokens=specials
+        )
     assert name == "hunyuan"
     lines = model_path("hunyuan/hy.tiktoken").read_text(encoding="utf-8").splitlines()
     ranks = {base64.b64decode(line.split()[0]): i for i, line in enumerate(lines) if line.strip()}
-    names = ["<|endoftext|>", "<|startoftext|>", "<|bos|>", "<|eos|>", "<|pad|>"] + [f"<|extra_{i}|>" for i in range(205)]
+    names = ["<|endoftext|>", "<|startoftext|>", "<|bos|>", "<|eos|>", "<|pad|>"] + [
+        f"<|extra_{i}|>" for i in range(205)
+    ]
     specials = {t: len(ranks) + i for i, t in enumerate(names)}
     return tiktoken.Encoding("hunyuan", pat_str=_HY_PAT, mergeable_ranks=ranks, special_tokens=specials)
 
@@ -168,7 +172,9 @@ def test_kimi_keeps_the_config_special_flags():
     kimi = tok("kimi-k2")
     # tokenizer_config.json marks the tool-call tokens and <think> as not special
     for text in ("<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<think>", "</think>"):
-        assert kimi.is_added(kimi.single_token_id(text)) and kimi.single_token_id(text) not in kimi.special_ids
+        assert (
+            kimi.is_added(kimi.single_token_id(text)) and kimi.single_token_id(text) not in kimi.special_ids
+        )
     for text in ("<|im_end|>", "[EOS]", "<|im_middle|>"):
         assert kimi.single_token_id(text) in kimi.special_ids
     assert kimi.single_token_id("<|reserved_token_163600|>") == 163600  # unlisted slots

@@ -179,8 +179,7 @@ def tiktoken_tokenizer(tk: Any, path: Path, config: dict) -> tuple[Any, dict]:
         pattern = layout.pattern
         specials_of = layout.specials
         nfc = layout.nfc
-    elif "pattern" in (data := _read_json_dict(directory / "special_tokens.json")):
-        data = _special_tokens_json(directory)
+    elif isinstance((data := _read_json_dict(directory / "special_tokens.json")).get("pattern"), str):
         pattern, specials_of, nfc = data["pattern"], _listed_specials, False
         implied = {
             "bos_token": data.get("bos"),

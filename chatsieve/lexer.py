@@ -81,26 +81,24 @@ class MarkerLexer:
 
     def feed(self, piece: Piece) -> list[Segment]:
         out: list[Segment] = []
-        one_id = piece.special and len(piece.token_ids) == 1
+        tid = piece.token_ids[0] if piece.special and len(piece.token_ids) == 1 else None
+        control = tid is not None and (tid in self._gated or tid in self._id_markers or tid in self._control_ids)
         if self._pending is not None:
-            if not one_id:
+            if not control:  # text, even an added token's (Gemma's whitespace runs)
                 self._after += piece.text
                 self._settle(out, final=False)
                 return out
             self._settle(out, final=True)
-        if one_id:
-            tid = piece.token_ids[0]
+        if control:
             gated = self._gated.get(tid)
             if gated is not None:
                 self._open_gated(piece.text, gated, out)
                 return out
-            marker = self._id_markers.get(tid)
-            if marker is not None or tid in self._control_ids:
-                self._flush(out)
-                out.append(Marker(piece.text, self._pos, known=marker is not None))
-                self._pos += len(piece.text)
-                self._held_start = self._pos
-                return out
+            self._flush(out)
+            out.append(Marker(piece.text, self._pos, known=tid in self._id_markers))
+            self._pos += len(piece.text)
+            self._held_start = self._pos
+            return out
         self._scan(piece.text, out)
         return out
 

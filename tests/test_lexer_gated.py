@@ -91,6 +91,12 @@ def test_another_id_during_the_tail_settles_it_first():
     assert merged(segs) == [Text("<｜DSML｜tool_", 0), Marker("<think>", 12), Text("calls>", 19)]
 
 
+def test_an_added_token_that_is_no_control_is_text_in_the_tail():
+    # e.g. Gemma's whitespace runs are added tokens: they arrive as pieces of their own
+    segs = lex(["<", ctrl(), Piece("tool_calls>", (5,), special=True), "!"])
+    assert merged(segs) == [Marker("<｜DSML｜tool_calls>", 0), Text("!", 18)]
+
+
 def test_a_special_control_that_gates_a_tag_is_not_dropped_as_unknown():
     # a special (not just added) control token: in a tag it gates it; elsewhere it is text
     segs = lex(["<", ctrl(), "tool_calls>", ctrl(), "!"], control_ids=[CID])

@@ -4,6 +4,7 @@ gates from real tokenizers."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import models
@@ -183,11 +184,13 @@ def test_deepseek_v4_gates_the_dsml_block_tags_by_its_control_token():
 def test_a_delimiter_with_no_control_token_inside_stays_text_with_a_warning():
     # the R1-era vocabulary has no `｜DSML｜` token: V3.2's tags are matched as text there
     tok = models.tokenizer("deepseek")
+    # a renamed copy: gates are resolved (and warned about) once per tokenizer and format
+    spec = dataclasses.replace(formats.get("deepseek_v32"), name="deepseek_v32_warning_test")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        p = StreamParser("deepseek_v32", tokenizer=tok)
-    assert p.gated["<｜DSML｜function_calls>"] is None
-    assert any("matched as text" in str(w.message) for w in caught)
+        p = StreamParser(spec, tokenizer=tok)
+    assert p.gated["<｜DSML｜function_calls>"] is None and p.gated["<think>"] == 128798
+    assert any("<｜DSML｜function_calls>" in str(w.message) and "matched as text" in str(w.message) for w in caught)
 
 
 def test_two_control_tokens_inside_is_not_gated():

@@ -1,4 +1,4 @@
-"""The `chatsieve` command: parse | check | render | serve."""
+"""The `chatsieve` command: parse | check | formats | render | serve."""
 
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def cmd_parse(args: argparse.Namespace) -> int:
     from .parser import StreamParser
     from .tools import ToolsError, normalize_tools
 
+    if args.list_formats:
+        return cmd_formats(args)
+    if not args.format:
+        raise UsageError("--format is required (list them with --list-formats)")
     try:
         formats.get(args.format)
     except formats.UnknownFormat as e:
@@ -90,6 +94,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def cmd_formats(args: argparse.Namespace) -> int:
+    """Print the formats table (Markdown), gates computed with the real tokenizers in --models."""
+    from .table import formats_table, reference_tokenizer
+
+    models = args.models or os.environ.get("CHATSIEVE_MODELS")
+    if models and not Path(models).is_dir():
+        raise UsageError(f"--models {models} is not a directory")
+    tokenizer_for = (lambda ref: reference_tokenizer(Path(models), ref)) if models else None
+    sys.stdout.write(formats_table(tokenizer_for))
+    return 0
+
+
 def _tokenizer_resolver(models: str | None):
     """Fixture `tokenizer:` names -> tokenizers: a directory path, or a name under --models."""
     cache: dict[str, object] = {}
@@ -123,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("parse", help="parse raw model output into a message (JSON)")
-    p.add_argument("--format", required=True, help="model family, e.g. gemma4, qwen3")
+    p.add_argument("--format", help="model family, e.g. gemma4, qwen3 (required)")
+    p.add_argument("--list-formats", action="store_true", help="print the formats table and exit")
+    p.add_argument("--models", help=argparse.SUPPRESS)
     p.add_argument("--tools", help="JSON file with the request's tools")
     p.add_argument("--thinking", choices=("on", "off"))
     p.add_argument("--chunks", action="store_true", help="input is a JSON list of delta strings")
@@ -135,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("paths", nargs="+")
     c.add_argument("--models", help="directory of tokenizers named by fixtures (default $CHATSIEVE_MODELS)")
     c.set_defaults(run=cmd_check)
+
+    f = sub.add_parser("formats", help="print the formats table (Markdown): names, syntax, gates, templates")
+    f.add_argument("--models", help="real tokenizers to compute the gates with (default $CHATSIEVE_MODELS)")
+    f.set_defaults(run=cmd_formats)
 
     for name, (_, _, help_) in _DELEGATED.items():
         sub.add_parser(name, help=help_, add_help=False)

@@ -1,8 +1,9 @@
 """Cuts decoded output into Text and Marker segments for a format's control strings.
 
 Markers that resolve to a token id are recognised only when they arrive as that id
-(token mode); the rest are matched as strings, holding back a tail that could still
-become one. Work per input character is bounded.
+(token mode); a marker spelled around one control token (`<｜DSML｜tool_calls>`) only
+when that token arrives as its id; the rest are matched as strings, holding back a tail
+that could still become one. Work per input character is bounded.
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ class Marker:
 Segment = Text | Marker
 
 
+@dataclass(frozen=True, slots=True)
+class GatedText:
+    """A marker that is several tokens around exactly one control token: `before` +
+    `control` + `after` (DeepSeek V4's `<｜DSML｜tool_calls>` is "<", `｜DSML｜` (id 128825),
+    "tool_calls>"). It counts only when `control` arrives as its own id `token_id`."""
+
+    marker: str
+    token_id: int
+    before: str
+    control: str
+    after: str
+
+
 class MarkerLexer:
     """Feed pieces, get segments; `finish()` flushes the held-back tail as text."""
 
@@ -38,39 +52,106 @@ class MarkerLexer:
         text_markers: Iterable[str],
         id_markers: Mapping[int, str] | None = None,
         control_ids: Iterable[int] = (),
+        gated_text: Iterable[GatedText] = (),
     ) -> None:
         self._text_markers = sorted({m for m in text_markers if m}, key=len, reverse=True)
         self._id_markers = dict(id_markers or {})
-        self._control_ids = frozenset(control_ids) - set(self._id_markers)
+        self._gated: dict[int, list[GatedText]] = {}
+        for g in gated_text:
+            self._gated.setdefault(g.token_id, []).append(g)
+        # A gated control token that completes no marker passes on as text: the family
+        # spells its inner tags with it too (DSML `<｜DSML｜invoke name=...>`).
+        self._control_ids = frozenset(control_ids) - set(self._id_markers) - set(self._gated)
         self._regex = (
             re.compile("|".join(re.escape(m) for m in self._text_markers)) if self._text_markers else None
         )
         self._prefixes = {m[:k] for m in self._text_markers for k in range(1, len(m))}
+        # hold back text that could be the `before` part of a gated marker, whole or begun
+        self._prefixes |= {g.before[:k] for gs in self._gated.values() for g in gs for k in range(1, len(g.before) + 1)}
         self._max_prefix = max((len(p) for p in self._prefixes), default=0)
-        firsts = {m[0] for m in self._text_markers}
+        firsts = {p[0] for p in self._prefixes} | {m[0] for m in self._text_markers}
         self._first_re = re.compile("[" + "".join(re.escape(c) for c in sorted(firsts)) + "]") if firsts else None
         self._held = ""  # text not yet emitted (could still start a text marker)
         self._held_start = 0
         self._pos = 0  # offset of the next character to arrive
+        # a gated control token has arrived: (candidates, text before it, its text), and
+        # the text after it that could still complete a candidate
+        self._pending: tuple[list[GatedText], str, str] | None = None
+        self._after = ""
 
     def feed(self, piece: Piece) -> list[Segment]:
         out: list[Segment] = []
-        if piece.special and len(piece.token_ids) == 1:
-            tid = piece.token_ids[0]
-            marker = self._id_markers.get(tid)
-            if marker is not None or tid in self._control_ids:
-                self._flush(out)
-                out.append(Marker(piece.text, self._pos, known=marker is not None))
-                self._pos += len(piece.text)
-                self._held_start = self._pos
+        tid = piece.token_ids[0] if piece.special and len(piece.token_ids) == 1 else None
+        control = tid is not None and (tid in self._gated or tid in self._id_markers or tid in self._control_ids)
+        if self._pending is not None:
+            if not control:  # text, even an added token's (Gemma's whitespace runs)
+                self._after += piece.text
+                self._settle(out, final=False)
                 return out
+            self._settle(out, final=True)
+        if control:
+            gated = self._gated.get(tid)
+            if gated is not None:
+                self._open_gated(piece.text, gated, out)
+                return out
+            self._flush(out)
+            out.append(Marker(piece.text, self._pos, known=tid in self._id_markers))
+            self._pos += len(piece.text)
+            self._held_start = self._pos
+            return out
         self._scan(piece.text, out)
         return out
 
     def finish(self) -> list[Segment]:
         out: list[Segment] = []
+        if self._pending is not None:
+            self._settle(out, final=True)
         self._flush(out)
         return out
+
+    def _open_gated(self, control: str, gated: list[GatedText], out: list[Segment]) -> None:
+        """A gated control token arrived as its id: wait for the text that completes one
+        of its markers (the text before it is held already, see `_prefixes`)."""
+        held = self._held
+        cands = [g for g in gated if g.control == control and held.endswith(g.before)]
+        if not cands:
+            self._scan(control, out)
+            return
+        keep = max(len(g.before) for g in cands)
+        if len(held) > keep:
+            out.append(Text(held[: len(held) - keep], self._held_start))
+        self._held_start += len(held) - keep
+        self._held = ""
+        self._pending = (cands, held[len(held) - keep :], control)
+        self._after = ""
+        self._settle(out, final=False)
+
+    def _settle(self, out: list[Segment], final: bool) -> None:
+        """Decide the pending gated marker once no longer candidate can still complete
+        (or at `final`): the longest completed one is a Marker; none, and the text is text."""
+        assert self._pending is not None
+        cands, before, control = self._pending
+        after = self._after
+        if not final and any(len(g.after) > len(after) and g.after.startswith(after) for g in cands):
+            return
+        done = [g for g in cands if after.startswith(g.after)]
+        start = self._held_start
+        self._pending, self._after = None, ""
+        if done:
+            g = max(done, key=lambda g: len(g.marker))
+            skip = len(before) - len(g.before)
+            if skip:
+                out.append(Text(before[:skip], start))
+            out.append(Marker(g.marker, start + skip))
+            used = len(before) + len(control) + len(g.after)
+            rest = after[len(g.after) :]
+        else:
+            out.append(Text(before + control, start))
+            used = len(before) + len(control)
+            rest = after
+        self._pos = start + used
+        self._held_start = self._pos
+        self._scan(rest, out)
 
     def _flush(self, out: list[Segment]) -> None:
         if self._held:
@@ -84,13 +165,13 @@ class MarkerLexer:
         buf = self._held + text
         base = self._held_start
         self._pos += len(text)
-        if self._regex is None:
+        if self._first_re is None:  # nothing to match or hold
             out.append(Text(buf, base))
             self._held = ""
             self._held_start = self._pos
             return
         i = 0
-        for m in self._regex.finditer(buf):
+        for m in self._regex.finditer(buf) if self._regex is not None else ():
             if m.start() > i:
                 out.append(Text(buf[i : m.start()], base + i))
             out.append(Marker(m.group(), base + m.start()))

@@ -23,31 +23,68 @@ from .events import (
     ReasoningDelta,
     TokenLogprob,
 )
-from .lexer import MarkerLexer
+from .lexer import GatedText, MarkerLexer
 from .spec import FormatSpec
 from .tools import normalize_tools
 
 _GATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def resolve_delimiters(spec: FormatSpec, tokenizer: Any) -> dict[str, int | None]:
-    """Each delimiter of the format -> its single token id in this tokenizer, or
-    None when it is not one token (then it is matched as text, and a warning says so)."""
+def resolve_gates(spec: FormatSpec, tokenizer: Any) -> tuple[dict[str, int | None], tuple[GatedText, ...]]:
+    """Each delimiter of the format -> the token id that gates it in this tokenizer, and
+    the delimiters among them that are spelled around that one control token.
+
+    A delimiter that is one token is gated by its id. One that is several tokens but
+    contains exactly one added (control) token is gated by that token: it counts only
+    when the token arrives as its id (DeepSeek V4's `<｜DSML｜tool_calls>` by `｜DSML｜`).
+    Any other delimiter maps to None: it is matched as text, and a warning says so.
+    """
     per_tok = _GATES.setdefault(tokenizer, {})
     if spec.name in per_tok:
         return per_tok[spec.name]
     gates: dict[str, int | None] = {}
+    gated_text: list[GatedText] = []
+    added = {t: i for t, i in tokenizer.added_tokens().items() if len(t) > 1 and not t.isspace()}
     for d in spec.delimiters:
-        gates[d] = tokenizer.single_token_id(d.strip())
+        tid = tokenizer.single_token_id(d.strip())
+        if tid is None:
+            inside = _added_tokens_in(d, added)
+            if len(inside) == 1:
+                at, control = inside[0]
+                tid = added[control]
+                gated_text.append(GatedText(d, tid, d[:at], control, d[at + len(control) :]))
+        gates[d] = tid
     missing = [d for d, tid in gates.items() if tid is None]
     if missing:
         warnings.warn(
-            f"format {spec.name}: {', '.join(missing)} not single tokens of this tokenizer; "
-            "matched as text (not gated by token id)",
+            f"format {spec.name}: {', '.join(missing)} not single tokens of this tokenizer "
+            "(nor spelled around one control token); matched as text (not gated by token id)",
             stacklevel=3,
         )
-    per_tok[spec.name] = gates
-    return gates
+    per_tok[spec.name] = result = (gates, tuple(gated_text))
+    return result
+
+
+def resolve_delimiters(spec: FormatSpec, tokenizer: Any) -> dict[str, int | None]:
+    """Each delimiter of the format -> the token id that gates it (see `resolve_gates`),
+    or None when it is matched as text."""
+    return resolve_gates(spec, tokenizer)[0]
+
+
+def _added_tokens_in(text: str, added: Mapping[str, int]) -> list[tuple[int, str]]:
+    """(offset, content) of each added token inside `text`, matched leftmost-longest
+    without overlap, as a tokenizer splits added tokens out of text."""
+    inside = [t for t in added if t in text]
+    found: list[tuple[int, str]] = []
+    i = 0
+    while inside and i < len(text):
+        hit = max((t for t in inside if text.startswith(t, i)), key=len, default=None)
+        if hit is None:
+            i += 1
+        else:
+            found.append((i, hit))
+            i += len(hit)
+    return found
 
 
 class StreamParser:
@@ -86,11 +123,12 @@ class StreamParser:
             from .detok import Detokenizer
 
             self._detok = Detokenizer(tokenizer)
-            self.gated = resolve_delimiters(self.spec, tokenizer)
-            id_markers = {tid: d for d, tid in self.gated.items() if tid is not None}
+            self.gated, gated_text = resolve_gates(self.spec, tokenizer)
+            spelled = {g.marker for g in gated_text}
+            id_markers = {tid: d for d, tid in self.gated.items() if tid is not None and d not in spelled}
             text_markers = [d for d, tid in self.gated.items() if tid is None]
             text_markers += self.spec.text_call_open
-            self._lexer = MarkerLexer(text_markers, id_markers, tokenizer.special_ids)
+            self._lexer = MarkerLexer(text_markers, id_markers, tokenizer.special_ids, gated_text)
         else:
             self.gated = {d: None for d in self.spec.delimiters}
             self._lexer = MarkerLexer(self.spec.delimiters + self.spec.text_call_open)

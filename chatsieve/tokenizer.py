@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .tiktoken_bpe import find_tiktoken_file, tiktoken_tokenizer
+
 if TYPE_CHECKING:
     import tokenizers
 
@@ -31,6 +33,7 @@ __all__ = [
 #   <turn|>, <eos>, <end_of_turn>        Gemma 4, Gemma, Gemma 2/3
 #   <|eot_id|>, <|eom_id|>, <|end_of_text|>   Llama 3 (end of turn, end of message
 #                                        after a tool call, end of text)
+#   <|eot|>, <|eom|>                     Llama 4 (the same two)
 #   <|return|>, <|call|>                 gpt-oss (final answer; a tool call also ends
 #                                        the generation with <|call|>)
 #   <｜end▁of▁sentence｜>                DeepSeek
@@ -45,6 +48,8 @@ END_OF_GENERATION_TOKENS: tuple[str, ...] = (
     "<|eot_id|>",
     "<|eom_id|>",
     "<|end_of_text|>",
+    "<|eot|>",
+    "<|eom|>",
     "<|return|>",
     "<|call|>",
     "<｜end▁of▁sentence｜>",
@@ -60,6 +65,9 @@ _QWEN2_SPLIT = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
+
+
+_LOOKED_FOR = "tokenizer.json, tokenizer.json.xz, or vocab.json + merges.txt, or a tiktoken file"
 
 
 class TokenizerNotFoundError(FileNotFoundError, ValueError):
@@ -320,7 +328,9 @@ def load_tokenizer(
     """Load a tokenizer directory or tokenizer.json file, or wrap a `tokenizers.Tokenizer`.
 
     A directory holds `tokenizer.json` (or `tokenizer.json.xz`), or `vocab.json` +
-    `merges.txt`; optionally `tokenizer_config.json[.xz]`, `generation_config.json`
+    `merges.txt`, or a tiktoken BPE file (`tiktoken.model`, `*.tiktoken`, a text
+    `tokenizer.model`: Kimi K2, Hunyuan, Llama 4; converted to a `tokenizers` BPE with
+    the same ids, see tiktoken_bpe.py); optionally `tokenizer_config.json[.xz]`, `generation_config.json`
     and `chat_template.jinja`. `config`, if given, is used instead of
     tokenizer_config.json. A `Tokenizer` is returned as it is (re-wrapped with
     `config` if one is given).
@@ -346,7 +356,7 @@ def load_tokenizer(
         if not directory.is_dir():
             raise TokenizerNotFoundError(
                 f"tokenizer directory not found: {directory} (expected a directory holding "
-                "tokenizer.json, tokenizer.json.xz, or vocab.json + merges.txt)"
+                f"{_LOOKED_FOR})"
             )
 
     if config is None:
@@ -357,24 +367,32 @@ def load_tokenizer(
 
     if tokenizer_file is None:
         tokenizer_file = _first_existing(directory, ("tokenizer.json", "tokenizer.json.xz"))
+    generation_config: dict = {}
+    vocab, merges = directory / "vocab.json", directory / "merges.txt"
+    tiktoken_file = None if tokenizer_file is not None else find_tiktoken_file(directory)
     if tokenizer_file is not None:
         try:
             hf = tk.Tokenizer.from_str(_read_text(tokenizer_file))
         except Exception as e:
             raise ValueError(f"cannot load tokenizer from {tokenizer_file}: {e}") from e
-    else:
-        vocab, merges = directory / "vocab.json", directory / "merges.txt"
-        if not (vocab.is_file() and merges.is_file()):
-            present = sorted(p.name for p in directory.iterdir())
-            raise TokenizerNotFoundError(
-                f"no tokenizer files in {directory}: looked for tokenizer.json, "
-                "tokenizer.json.xz, or vocab.json + merges.txt; "
-                f"found: {', '.join(present) or 'nothing'}"
-            )
+    elif vocab.is_file() and merges.is_file():
         hf = _byte_level_bpe(tk, vocab, merges, config)
+    elif tiktoken_file is not None:
+        hf, implied = tiktoken_tokenizer(tk, tiktoken_file, config)
+        stops = implied.pop("stop_tokens", ())
+        config = {**implied, **config}
+        stop_ids = [hf.token_to_id(t) for t in stops]
+        generation_config = {"eos_token_id": [i for i in stop_ids if i is not None]} if stop_ids else {}
+    else:
+        present = sorted(p.name for p in directory.iterdir())
+        raise TokenizerNotFoundError(
+            f"no tokenizer files in {directory}: looked for {_LOOKED_FOR}; "
+            f"found: {', '.join(present) or 'nothing'}"
+        )
 
     gen_file = directory / "generation_config.json"
-    generation_config = _read_json(gen_file) if gen_file.is_file() else {}
+    if gen_file.is_file():
+        generation_config = _read_json(gen_file)
     template_file = directory / "chat_template.jinja"
     chat_template_file = None
     if not config.get("chat_template") and template_file.is_file():

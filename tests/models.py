@@ -8,7 +8,6 @@ where a missing model directory fails the test instead.
 from __future__ import annotations
 
 import functools
-import json
 import lzma
 import os
 from pathlib import Path
@@ -62,34 +61,6 @@ def gemma4_tokenizer_json() -> str:
 
 
 @functools.cache
-def kimi_k2_stand_in_tokenizer_json() -> str:
-    """A STAND-IN for Kimi K2's tokenizer, which is not available here (its tiktoken
-    vocabulary could not be obtained; shared/models/kimi-k2 has only the id table).
-
-    It is Qwen3's tokenizer with every Kimi added token of kimi-k2/special_tokens.json
-    (`<|tool_calls_section_begin|>`, `<|im_end|>`, `[EOS]`, ...) added with that table's
-    special flag. The ids are NOT Kimi's and ordinary text splits differently: it only
-    exercises token-id gating (a delimiter counts only as its own added-token id,
-    never when spelled from sub-word pieces), not Kimi's vocabulary.
-    """
-    from tokenizers import AddedToken, Tokenizer
-
-    base = models_dir()
-    tok = Tokenizer.from_str(lzma.open(base / "qwen3/tokenizer.json.xz", "rt", encoding="utf-8").read())
-    table = json.loads((base / "kimi-k2/special_tokens.json").read_text(encoding="utf-8"))["tokens"]
-    have = {t.content for t in tok.get_added_tokens_decoder().values()}
-    for _, t in sorted(table.items(), key=lambda kv: int(kv[0])):
-        if t["content"] in have:
-            continue  # <|im_end|>, <think>, </think>: Qwen3 has them already
-        added = AddedToken(t["content"], special=bool(t["special"]), normalized=False)
-        if t["special"]:
-            tok.add_special_tokens([added])
-        else:
-            tok.add_tokens([added])
-    return tok.to_str()
-
-
-@functools.cache
 def mistral_tekken_tokenizer():
     """Mistral's real Tekken v3 vocabulary (Mistral Nemo), as a `tokenizers.Tokenizer`.
 
@@ -131,6 +102,10 @@ _TOKENIZER_DIRS = {
     "deepseek_v4": "deepseek/v4",
     "gpt-oss": "gpt-oss",
     "llama3": "llama3",
+    "glm5": "glm/glm-5",
+    "kimi_k2": "kimi-k2",  # tiktoken file, converted at load (chatsieve/tiktoken_bpe.py)
+    "llama4": "llama4",  # tiktoken file
+    "hunyuan": "hunyuan",  # tiktoken file
 }
 
 
@@ -140,10 +115,6 @@ def _load(name: str):
 
     if name == "gemma4":
         return gemma4_tokenizer()
-    if name == "kimi_k2":  # a stand-in: Qwen3's vocabulary with Kimi's delimiters added
-        from tokenizers import Tokenizer
-
-        return load_tokenizer(Tokenizer.from_str(kimi_k2_stand_in_tokenizer_json()))
     if name == "mistral":  # Tekken v3, converted (see mistral_tekken_tokenizer)
         return load_tokenizer(mistral_tekken_tokenizer(), config={"bos_token": "<s>", "eos_token": "</s>"})
     if name not in _TOKENIZER_DIRS:

@@ -52,7 +52,7 @@ def tok_for(name: str) -> Tokenizer:
     return _load(name)
 
 
-BYTE_LEVEL = ["qwen3", "llama3", "deepseek", "gpt-oss"]
+BYTE_LEVEL = ["qwen3", "llama3", "deepseek", "gpt-oss", "glm/glm-5", "kimi-k2", "llama4", "hunyuan"]  # the last three: tiktoken files
 ALL = ["gemma4", *BYTE_LEVEL]
 
 

@@ -42,6 +42,10 @@ DEEPSEEK_R1 = FormatSpec(
     ),
     strip=("<｜tool▁output▁end｜>", "<｜tool▁outputs▁end｜>", "<｜begin▁of▁sentence｜>"),
     template="deepseek/chat_template.r1.jinja",
+    reasoning_doc="always on: `</think>` ends the block the prompt opened",
+    calls_doc="`<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` + fenced JSON "
+    "`<｜tool▁call▁end｜>…<｜tool▁calls▁end｜>`",
+    tokenizer_doc="deepseek",
 )
 
 DEEPSEEK_V3 = dataclasses.replace(
@@ -51,6 +55,8 @@ DEEPSEEK_V3 = dataclasses.replace(
     aliases=("deepseek-v3", "deepseek_v3_0324", "deepseek-v3-0324"),
     default_thinking=False,
     template="deepseek/chat_template.v3.jinja",
+    reasoning_doc="`<think>…</think>`, off unless asked",
+    calls_doc="as `deepseek_r1`",
 )
 
 DEEPSEEK_V31 = dataclasses.replace(
@@ -60,6 +66,8 @@ DEEPSEEK_V31 = dataclasses.replace(
     aliases=("deepseek-v3.1", "deepseek_v3.1", "deepseek_v3_1", "deepseek-v3.1-terminus"),
     default_thinking=False,
     template="deepseek/chat_template.v3.1.jinja",
+    reasoning_doc="`<think>…</think>`, off unless asked",
+    calls_doc="`<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>` in a `<｜tool▁calls▁begin｜>` section",
 )
 
 SPECS = (DEEPSEEK_R1, DEEPSEEK_V3, DEEPSEEK_V31)

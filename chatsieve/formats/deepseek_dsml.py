@@ -38,6 +38,10 @@ DEEPSEEK_V32 = FormatSpec(
     codec=xml_kv_codec("DsmlCallCodec", DSML_SYNTAX),
     end=("<｜end▁of▁sentence｜>",),
     template="deepseek/chat_template.v3.2.jinja",
+    reasoning_doc="`<think>…</think>`, off unless asked; a DSML block ends it",
+    calls_doc='`<｜DSML｜function_calls>` of `<｜DSML｜invoke name="F">` with '
+    '`<｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>`',
+    tokenizer_doc="deepseek",  # the R1-era vocabulary: no `｜DSML｜` token there
 )
 
 DEEPSEEK_V4 = dataclasses.replace(
@@ -48,6 +52,8 @@ DEEPSEEK_V4 = dataclasses.replace(
     call_open=(f"<{DSML}tool_calls>",),
     call_close=(f"</{DSML}tool_calls>",),
     template=None,  # V4 tokenizer_config.json in shared/models carries no chat template
+    calls_doc="as `deepseek_v32`, in `<｜DSML｜tool_calls>` blocks",
+    tokenizer_doc="deepseek/v4",
 )
 
 SPECS = (DEEPSEEK_V32, DEEPSEEK_V4)

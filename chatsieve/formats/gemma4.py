@@ -70,6 +70,9 @@ GEMMA4 = FormatSpec(
     strip=("<tool_response|>", "<|tool>", "<tool|>", "<|think|>", "<bos>", "<pad>"),
     content_filter=lambda thinking: None if thinking else ThoughtDebris(),
     template="gemma4/chat_template.jinja",
+    reasoning_doc="`<|channel>thought\\n…<channel|>`, off by default",
+    calls_doc='`<|tool_call>call:NAME{k:<|"|>v<|"|>}<tool_call|>`',
+    tokenizer_doc="gemma4",
 )
 
 SPECS = (GEMMA4,)

@@ -357,6 +357,10 @@ GPT_OSS = FormatSpec(
     end=(RETURN, "<|endoftext|>"),
     strip=("<|startoftext|>", "<|endofprompt|>"),
     template="gpt-oss/chat_template.jinja",
+    reasoning_doc="the `analysis` channel",
+    calls_doc="`<|start|>assistant to=functions.NAME<|channel|>commentary <|constrain|>json<|message|>{json}"
+    "<|call|>`; other recipients are not calls",
+    tokenizer_doc="gpt-oss",
     engine=HarmonyEngine,
 )
 

@@ -29,7 +29,15 @@ HUNYUAN = FormatSpec(
     codec=xml_kv_codec("HunyuanCallCodec", HUNYUAN_SYNTAX),
     end=("<|eos|>",),
     strip=("<answer>", "</answer>"),
-    template=None,  # no Hunyuan template in shared/models
+    # hunyuan/tokenizer_config.json holds Hunyuan-A13B's template, whose calls are a JSON
+    # list (`<tool_calls>[{…}]</tool_calls>`), not this syntax
+    template=None,
+    reasoning_doc="`<think>…</think>`, on by default; `<answer>…</answer>` removed",
+    calls_doc="`<tool_calls><tool_call>NAME<tool_sep><arg_key>K</arg_key><arg_value>V</arg_value>"
+    "</tool_call></tool_calls>`",
+    # Hunyuan-A13B's vocabulary: its tags are plain text there, only `<|eos|>` is one token
+    # (the fixtures run in text mode)
+    tokenizer_doc="hunyuan",
 )
 
 SPECS = (HUNYUAN,)

@@ -44,6 +44,10 @@ KIMI_K2 = FormatSpec(
     strip=("<|im_middle|>",),
     call_id=kimi_call_id,
     template="kimi-k2/chat_template.kimi-k2-instruct.jinja",
+    reasoning_doc="`<think>…</think>` when the model writes it (off by default); calls may sit inside",
+    calls_doc="`<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>"
+    "{json}<|tool_call_end|>…<|tool_calls_section_end|>`, native ids kept",
+    tokenizer_doc="kimi-k2",
 )
 
 KIMI_K2_THINKING = dataclasses.replace(
@@ -53,6 +57,8 @@ KIMI_K2_THINKING = dataclasses.replace(
     aliases=("kimi-k2-thinking",),
     default_thinking=True,
     template="kimi-k2/chat_template.kimi-k2-thinking.jinja",
+    reasoning_doc="as `kimi_k2`, on by default",
+    calls_doc="as `kimi_k2`",
 )
 
 SPECS = (KIMI_K2, KIMI_K2_THINKING)

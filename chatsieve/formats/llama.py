@@ -19,6 +19,9 @@ LLAMA3_JSON = FormatSpec(
     end=("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|start_header_id|>"),
     strip=("<|begin_of_text|>", "<|end_header_id|>", "<|finetune_right_pad_id|>"),
     template="llama3/chat_template.llama-3.2.jinja",
+    calls_doc='optional `<|python_tag|>`, `{"name", "parameters"}` objects joined by `;`; a bare `{` '
+    "reply is a call only for a known tool",
+    tokenizer_doc="llama3",
 )
 
 PYTHONIC = FormatSpec(
@@ -37,6 +40,9 @@ PYTHONIC = FormatSpec(
     ),
     strip=("<|python_end|>", "<|begin_of_text|>", "<|header_end|>", "<|end_header_id|>"),
     template=None,  # no Llama 4 template in shared/models
+    calls_doc="`[f(a=1, b='x'), g()]`, optionally in `<|python_start|>…<|python_end|>`; literals to "
+    "JSON, never `eval`",
+    tokenizer_doc="llama4",
 )
 
 SPECS = (LLAMA3_JSON, PYTHONIC)

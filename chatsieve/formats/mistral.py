@@ -22,6 +22,10 @@ MISTRAL = FormatSpec(
     strip=("[/INST]", "[/TOOL_RESULTS]", "[TOOL_CONTENT]", "[/SYSTEM_PROMPT]", "[/AVAILABLE_TOOLS]"),
     call_id=mistral_call_id,
     template="mistral/chat_template.ministral-3-reasoning-2512.jinja",
+    reasoning_doc="`[THINK]…[/THINK]` when the model writes it",
+    calls_doc="`[TOOL_CALLS][{…}]` (before v11), `[TOOL_CALLS]NAME[ARGS]{json}` (v11+), `[CALL_ID]` kept; "
+    "9-alphanumeric ids",
+    tokenizer_doc="mistral",  # Tekken v3: a mistral_common file (the tests convert it)
 )
 
 SPECS = (MISTRAL,)

@@ -22,6 +22,9 @@ QWEN3 = FormatSpec(
     end=("<|im_end|>", "<|endoftext|>", "<|im_start|>", "<tool_response>"),
     strip=("</tool_response>",),
     template="qwen3/chat_template.jinja",
+    reasoning_doc="`<think>…</think>`, on by default (the prompt opens it)",
+    calls_doc='`<tool_call>{"name", "arguments"}</tool_call>`',
+    tokenizer_doc="qwen3",
 )
 
 # Hermes 2 Pro / Qwen2.5: the same wire format, but no thinking unless asked.
@@ -32,6 +35,7 @@ HERMES = dataclasses.replace(
     aliases=("qwen25", "qwen2.5", "qwen2_5"),
     default_thinking=False,
     template=None,
+    reasoning_doc="`<think>…</think>`, off by default",
 )
 
 SPECS = (QWEN3, HERMES)

@@ -36,6 +36,10 @@ QWEN3_CODER = FormatSpec(
     end=_END,
     strip=("</tool_response>",),
     template="qwen3/chat_template.qwen3-coder.jinja",
+    reasoning_doc="`<think>…</think>`, off by default (Coder models do not think)",
+    calls_doc="`<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`, typed by "
+    "schema; an opener-less `<function=` only before any content",
+    tokenizer_doc="qwen3",
 )
 
 SPECS = (QWEN3_CODER,)

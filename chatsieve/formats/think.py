@@ -5,6 +5,7 @@ content; no tool calls. `think` is the common `<think>…</think>` case, and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from ..spec import FormatSpec
@@ -52,6 +53,7 @@ def basic_reasoning(
         end=tuple(end),
         strip=tuple(strip),
         template=template,
+        reasoning_doc=f"`{opens[0]}…{closes[0]}`, {'on' if default_thinking else 'off'} by default",
     )
 
 
@@ -61,6 +63,11 @@ THINK = basic_reasoning(
     "</think>",
     aliases=("basic", "reasoning"),
     description="generic <think>…</think> reasoning, no tool calls (thinking: the prompt opened the block)",
+)
+THINK = dataclasses.replace(
+    THINK,
+    reasoning_doc="`<think>…</think>`; `chatsieve.formats.think.basic_reasoning(...)` makes one with other markers",
+    tokenizer_doc="qwen3",  # its fixtures run in token mode with Qwen3's tokenizer
 )
 
 SPECS = (THINK,)

@@ -39,6 +39,7 @@ from chatsieve.events import (
     ToolCallEnd,
     ToolCallStart,
 )
+from chatsieve.messages import MessageError, normalize_messages
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_TOP_LOGPROBS = 20
@@ -159,6 +160,10 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise RequestError("'messages' must be a non-empty array", param="messages")
     for i, m in enumerate(messages):
         _check_message(m, i)
+    try:
+        messages = normalize_messages(messages)
+    except MessageError as e:
+        raise RequestError(str(e), param=e.param) from None
 
     tools = get.value("tools")
     if tools is not None:
@@ -282,6 +287,7 @@ def _check_range(name: str, v: float, minimum: float | None, maximum: float | No
 
 
 def _check_message(m: Any, i: int) -> None:
+    """The role; the rest of the message's shape is checked (and normalised) by normalize_messages."""
     param = f"messages[{i}]"
     if not isinstance(m, dict):
         raise RequestError(f"{param} must be an object", param=param)
@@ -290,32 +296,6 @@ def _check_message(m: Any, i: int) -> None:
         raise RequestError(
             f"{param}.role must be one of {', '.join(sorted(ROLES))}, got {role!r}", param=f"{param}.role"
         )
-    content = m.get("content")
-    if content is not None and not isinstance(content, str | list):
-        raise RequestError(f"{param}.content must be a string or an array of parts", param=f"{param}.content")
-    if isinstance(content, list):
-        for j, part in enumerate(content):
-            if not isinstance(part, dict | str):
-                raise RequestError(
-                    f"{param}.content[{j}] must be a content part object", param=f"{param}.content[{j}]"
-                )
-    calls = m.get("tool_calls")
-    if calls is not None:
-        if not isinstance(calls, list):
-            raise RequestError(f"{param}.tool_calls must be an array", param=f"{param}.tool_calls")
-        for j, c in enumerate(calls):
-            fn = c.get("function") if isinstance(c, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                raise RequestError(
-                    f"{param}.tool_calls[{j}] must have a function with a name",
-                    param=f"{param}.tool_calls[{j}]",
-                )
-            args = fn.get("arguments")
-            if args is not None and not isinstance(args, str | dict):
-                raise RequestError(
-                    f"{param}.tool_calls[{j}].function.arguments must be a JSON string",
-                    param=f"{param}.tool_calls[{j}].function.arguments",
-                )
 
 
 def _tool_name(tool: dict) -> str | None:

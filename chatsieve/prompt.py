@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import json
 import re
 import sys
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .messages import MessageError, normalize_messages
 from .tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "render_main", "render_prompt", "render_text"]
@@ -108,25 +110,63 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"  # an inert placeholder, as transformers renders unknown objects
 
 
-def _prepare_messages(messages: Sequence[Any]) -> list[dict]:
+def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = False) -> list[dict]:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise PromptError("messages must be a list of {'role': ..., 'content': ...} dicts")
     if not messages:
         raise PromptError("cannot render an empty conversation: give at least one message")
-    out = []
+    plain = []
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping):
             m = _plain(m)
         if not isinstance(m, Mapping):
             raise PromptError(f"message {i} is a {type(m).__name__}, expected a dict with 'role' and 'content'")
-        # Drop None values (OpenAI clients send content=None, tool_calls=None): templates handle a
-        # missing key but often render "None".
-        m = _plain({k: v for k, v in m.items() if v is not None})
+        plain.append(_plain(m))
+    try:
+        # One normal form for every OpenAI message shape (null content, text parts, developer and
+        # function roles, arguments as JSON strings); null fields are dropped, since templates
+        # handle a missing key but often render "None".
+        normal = normalize_messages(plain, arguments_as_objects=arguments_as_objects)
+    except MessageError as e:
+        raise PromptError(str(e)) from e
+    out = []
+    for m in normal:
         reasoning = next((m[k] for k in _REASONING_FIELDS if m.get(k) is not None), None)
         if reasoning is not None:
             m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
         out.append(m)
     return out
+
+
+_PROBE_CALL_ID = "abcDEF123"  # nine alphanumerics: Mistral's templates insist on that shape
+_PROBE_TOOLS = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object"}}}]
+
+
+@functools.lru_cache(maxsize=32)
+def _wants_argument_objects(source: str) -> bool:
+    """Whether a template needs tool-call arguments as objects rather than OpenAI's JSON string.
+
+    Vendors disagree (DeepSeek concatenates the string; Llama 3 and GLM `tojson` or iterate an
+    object), so a probe call with string arguments is rendered once per template: if the template
+    fails on it or double-encodes it, arguments are given to it as objects. Otherwise they stay
+    strings, as transformers passes them.
+    """
+    def probe(args: Any) -> str | None:
+        messages = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": "probe", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": "probe", "content": "r"},
+        ]
+        try:
+            return _render(source, messages, _PROBE_TOOLS, None, True, {})
+        except PromptError:
+            return None
+
+    as_string = probe('{"k": "v"}')
+    if as_string is not None and '\\"k\\"' not in as_string:
+        return False
+    return probe({"k": "v"}) is not None
 
 
 def _as_tokenizer(tokenizer: Any) -> Tokenizer:
@@ -237,7 +277,7 @@ def _check_tokenizer_controls(padding: Any, return_tensors: Any, tokenizer_kwarg
 def _prepare(messages, tokenizer, template, tools, documents, template_kwargs):
     tok = _as_tokenizer(tokenizer) if tokenizer is not None else None
     source = _resolve_template(template, tok, tools)
-    msgs = _prepare_messages(messages)
+    msgs = _prepare_messages(messages, _wants_argument_objects(source))
     if tools is not None and not all(isinstance(t, Mapping) for t in tools):
         raise PromptError("tools must be a list of OpenAI tool dicts ({'type': 'function', 'function': {...}})")
     tools_p = _plain(list(tools)) if tools is not None else None

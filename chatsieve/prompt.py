@@ -7,12 +7,15 @@ ordinary sub-word pieces, so the model never reads it as the control token.
 Isolation, precisely:
 
 * Scope: every string the caller supplies in `messages` (content, text parts, reasoning, tool
-  results, tool-call arguments, names), `tools` and `documents` -- but not dict keys and not
-  template variables (`bos_token`, `enable_thinking`, ...). The template's own text keeps its ids.
-* Delimiters: `markers` if given, else the format's `delimiters` (`chatsieve.formats`), else every
-  added token of the tokenizer. Only delimiters that are added tokens can become a single id, so
-  only those are isolated (a delimiter string that merely *contains* an added token isolates that
-  token); whitespace-only added tokens are never isolated. Each must encode to exactly its id.
+  results, tool-call arguments, names), `tools` and `documents`, dict keys included (a tool
+  schema's property names come from third parties too) -- but not template variables
+  (`bos_token`, `enable_thinking`, ...). The template's own text keeps its ids.
+* Delimiters: `markers` if given (exactly those); else the format's `delimiters`
+  (`chatsieve.formats`) plus every control token of the tokenizer: each added token except
+  whitespace runs (Gemma's "▁▁") and non-special HTML tags (Gemma's `<table>`, `<b>`), which
+  ordinary text is meant to produce. Only delimiters that are added tokens can become a single
+  id, so only those are isolated (a delimiter string that merely *contains* an added token
+  isolates that token). Each must encode to exactly its id, or the prompt is refused.
 * Method: the prompt is rendered twice, once as given and once with every delimiter occurrence in
   those strings wrapped in private-use marker characters (never present in the input or the
   template: a forged marker makes another one be chosen). Removing the markers from the second
@@ -321,18 +324,20 @@ class _Delimiters:
     prefixes: frozenset[str]      # proper prefixes, to find delimiters cut at a string's edge
     suffixes: frozenset[str]
     longest: int                  # length of the longest delimiter
+    id_set: frozenset[int] = frozenset()
 
 
-_DELIMITER_CACHE: dict[tuple[int, tuple[str, ...] | None], tuple[Any, _Delimiters | None]] = {}
+_DELIMITER_CACHE: dict[tuple[int, tuple[str, ...]], tuple[Any, _Delimiters | None]] = {}
 
 
 def _active_delimiters(tok: Tokenizer, format: str | None, markers: Sequence[str] | None) -> _Delimiters | None:
     if markers is not None:
-        wanted: tuple[str, ...] | None = tuple(markers)
-    elif format is not None:
-        wanted = tuple(_format_spec(format).delimiters)
+        wanted: tuple[str, ...] = tuple(markers)
     else:
-        wanted = None  # every added token
+        # The format's delimiters, and every control token of the tokenizer (Qwen3's
+        # <|vision_start|>, <|fim_prefix|>, <|file_sep|>, ... are not in its delimiter list).
+        own = tuple(_format_spec(format).delimiters) if format is not None else ()
+        wanted = own + tuple(t for t in _control_tokens(tok) if t not in own)
     key = (id(tok.hf), wanted)
     hit = _DELIMITER_CACHE.get(key)
     if hit is not None and hit[0] is tok.hf:
@@ -344,10 +349,39 @@ def _active_delimiters(tok: Tokenizer, format: str | None, markers: Sequence[str
     return found
 
 
-def _find_delimiters(tok: Tokenizer, wanted: tuple[str, ...] | None) -> _Delimiters | None:
+# HTML elements some vocabularies hold as added tokens (Gemma's `<table>`, `<b>`): ordinary text
+# is meant to produce them, so a non-special one is never isolated.
+_HTML_ELEMENTS = frozenset(
+    "a b i u s p em strong sub sup code pre span div br hr img html body head header footer nav "
+    "table caption thead tbody tfoot tr th td h1 h2 h3 h4 h5 h6 blockquote ul ol li dl dt dd iframe".split()
+)
+_TAG = re.compile(r"</?([a-z][a-z0-9]*)>")
+
+
+def _control_tokens(tok: Tokenizer) -> list[str]:
+    """Every added token that callers' text is not meant to produce: all of them except
+    whitespace runs (Gemma's "▁▁") and non-special HTML tags."""
+    special = {t.content for t in _added_token_objects(tok) if getattr(t, "special", True)}
+    out = []
+    for text in tok.added_tokens():
+        if not text or not text.replace("\u2581", " ").strip():
+            continue
+        tag = _TAG.fullmatch(text)
+        if tag is not None and tag.group(1) in _HTML_ELEMENTS and text not in special:
+            continue
+        out.append(text)
+    return out
+
+
+def _added_token_objects(tok: Tokenizer) -> list[Any]:
+    try:
+        return list(tok.hf.get_added_tokens_decoder().values())
+    except Exception:  # a tokenizer without the table: treat every added token as special
+        return []
+
+
+def _find_delimiters(tok: Tokenizer, wanted: tuple[str, ...]) -> _Delimiters | None:
     added = tok.added_tokens()
-    if wanted is None:
-        wanted = tuple(added)
     chosen: dict[str, int] = {}
     for text in wanted:
         if not isinstance(text, str) or not text or text.isspace():
@@ -368,21 +402,43 @@ def _find_delimiters(tok: Tokenizer, wanted: tuple[str, ...] | None) -> _Delimit
                 f"delimiter {text!r} does not encode to its single token id {i} (got {got}); "
                 "cannot isolate it safely"
             )
-    longest_first = sorted(chosen, key=len, reverse=True)
     return _Delimiters(
         ids=chosen,
-        pattern=re.compile("|".join(map(re.escape, longest_first))),
+        pattern=re.compile(_trie_pattern(chosen)),
         prefixes=frozenset(d[:k] for d in chosen for k in range(1, len(d))),
         suffixes=frozenset(d[k:] for d in chosen for k in range(1, len(d))),
         longest=max(map(len, chosen)),
+        id_set=frozenset(chosen.values()),
     )
+
+
+def _trie_pattern(words: Sequence[str]) -> str:
+    """A regex matching any of `words`, longest first, as a trie: a vocabulary's thousands of
+    added tokens cost one walk per position, not one attempt per token."""
+    trie: dict = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = True
+
+    def build(node: dict) -> str:
+        ends = "" in node
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if ends else body
+
+    return build(trie)
 
 
 def _strings(obj: Any):
     if isinstance(obj, str):
         yield obj
     elif isinstance(obj, dict):
-        for v in obj.values():
+        for k, v in obj.items():
+            yield from _strings(k)
             yield from _strings(v)
     elif isinstance(obj, list | tuple):
         for v in obj:
@@ -437,7 +493,8 @@ def _mark(obj: Any, delims: _Delimiters, mk: _Markers, flag: list[bool]) -> Any:
             flag[0] = True
         return marked
     if isinstance(obj, dict):
-        return {k: _mark(v, delims, mk, flag) for k, v in obj.items()}
+        # Keys too: a tool schema's property names come from third parties like its values.
+        return {_mark(k, delims, mk, flag): _mark(v, delims, mk, flag) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_mark(v, delims, mk, flag) for v in obj]
     if isinstance(obj, tuple):
@@ -485,7 +542,7 @@ def _without_added_tokens(tok: Tokenizer):
 def _encode_as_text(tok: Tokenizer, text: str, delims: _Delimiters) -> list[int]:
     """Ordinary sub-word ids for `text` that decode back to it and hold no delimiter id."""
     stripped = _without_added_tokens(tok)
-    forbidden = set(delims.ids.values())
+    forbidden = delims.id_set
 
     def ok(ids: list[int]) -> bool:
         return bool(ids) and not forbidden.intersection(ids) and tok.decode(ids) == text
@@ -545,7 +602,8 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
     markers = set(mk.all)
 
     enc = tok.hf.encode(real, add_special_tokens=False)
-    delimiter_ids = set(delims.ids.values())
+    delimiter_ids = delims.id_set
+    as_text: dict[str, list[int]] = {}  # a delimiter's ordinary pieces, once per distinct text
     ids: list[int] = []
     spans: list[tuple[int, int]] = []
     for tid, (a, b) in zip(enc.ids, enc.offsets, strict=True):
@@ -555,7 +613,10 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
             # between its characters); a delimiter we cannot place is treated as caller text.
             if (not where or any(from_caller[j] for j in where)
                     or not markers.isdisjoint(marked[where[0]:where[-1] + 1])):
-                pieces = _encode_as_text(tok, real[a:b], delims)
+                piece_text = real[a:b]
+                pieces = as_text.get(piece_text)
+                if pieces is None:
+                    pieces = as_text[piece_text] = _encode_as_text(tok, piece_text, delims)
                 spans.append((len(ids), len(ids) + len(pieces)))
                 ids.extend(pieces)
                 continue
@@ -603,9 +664,8 @@ def render_prompt(
 
     `tokenizer`: a `chatsieve.tokenizer.Tokenizer`, a `tokenizers.Tokenizer`, or a directory.
     `template`: a path or a template string; default the tokenizer's chat template.
-    `format`: the family (`chatsieve.formats` name) whose delimiters are isolated; `markers`
-    overrides that list; with neither, every added token of the tokenizer found in caller text
-    is isolated. `isolate_markers=False` gives exactly transformers' ids.
+    `format`: the family (`chatsieve.formats` name) whose delimiters are isolated, besides every
+    control token of the tokenizer (see the module docstring); `markers` replaces that list. `isolate_markers=False` gives exactly transformers' ids.
     Gemma 4 with thinking off (`enable_thinking` false or absent): the template's trailing empty
     thought channel (`GEMMA4_EMPTY_THOUGHT`) is removed from the generation prompt unless
     `keep_empty_thinking=True`.

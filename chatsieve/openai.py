@@ -43,6 +43,22 @@ from chatsieve.messages import MessageError, normalize_messages
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_TOP_LOGPROBS = 20
+MAX_TOKENS_CEILING = 2**31 - 1  # no engine takes more; anything above is a client's mistake
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What a request may ask for (the server's --max-stop-strings, ... options).
+
+    OpenAI allows 4 stop strings; the default here is larger but bounded, since every stop
+    string is matched against the whole output. `max_model_len` (the model's context), when
+    known, bounds `max_tokens`.
+    """
+
+    max_stop_strings: int = 16
+    max_stop_length: int = 256  # characters
+    max_json_depth: int = 64  # nesting of objects and arrays in the request body
+    max_model_len: int | None = None
 
 
 # ---------------------------------------------------------------- errors
@@ -145,10 +161,12 @@ class ChatRequest:
         return ToolCallFilter(allowed=allowed, max_calls=None if self.parallel_tool_calls else 1)
 
 
-def parse_chat_request(body: Any) -> ChatRequest:
+def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRequest:
     """Validate a decoded JSON body; raise RequestError (HTTP 400) naming the bad field."""
+    limits = limits or RequestLimits()
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
+    check_json_depth(body, limits.max_json_depth)
     get = _Fields(body)
 
     n = get.integer("n", minimum=1)
@@ -174,9 +192,10 @@ def parse_chat_request(body: Any) -> ChatRequest:
         tools = tools or None
     tool_choice = _tool_choice(get.value("tool_choice"), tools)
 
-    max_tokens = get.integer("max_completion_tokens", minimum=1)
+    ceiling = min(MAX_TOKENS_CEILING, limits.max_model_len or MAX_TOKENS_CEILING)
+    max_tokens = get.integer("max_completion_tokens", minimum=1, maximum=ceiling)
     if max_tokens is None:
-        max_tokens = get.integer("max_tokens", minimum=1)
+        max_tokens = get.integer("max_tokens", minimum=1, maximum=ceiling)
 
     stop = get.value("stop")
     if stop is None:
@@ -187,6 +206,14 @@ def parse_chat_request(body: Any) -> ChatRequest:
         stops = tuple(s for s in stop if s)
     else:
         raise RequestError("'stop' must be a string or an array of strings", param="stop")
+    if len(stops) > limits.max_stop_strings:
+        raise RequestError(
+            f"'stop' may hold at most {limits.max_stop_strings} strings, got {len(stops)}", param="stop"
+        )
+    if any(len(s) > limits.max_stop_length for s in stops):
+        raise RequestError(
+            f"each stop string may be at most {limits.max_stop_length} characters long", param="stop"
+        )
 
     logprobs = get.boolean("logprobs") or False
     top_logprobs = get.integer("top_logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
@@ -233,6 +260,23 @@ def parse_chat_request(body: Any) -> ChatRequest:
         chat_template_kwargs=dict(kwargs or {}),
         reasoning_effort=get.string("reasoning_effort"),
     )
+
+
+def check_json_depth(value: Any, limit: int) -> None:
+    """RequestError when objects and arrays nest deeper than `limit` (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            raise RequestError(json_depth_message(limit), code="too_deeply_nested")
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+
+
+def json_depth_message(limit: int) -> str:
+    return f"the request body nests objects and arrays deeper than {limit} levels"
 
 
 class _Fields:

@@ -54,7 +54,7 @@ from typing import Any
 from .messages import MessageError, normalize_messages
 from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "render_main", "render_prompt", "render_text"]
+__all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "PromptTooLong", "render_main", "render_prompt", "render_text"]
 
 # The Gemma 4 template ends a thinking-off generation prompt with this empty thought channel.
 GEMMA4_EMPTY_THOUGHT = "<|channel>thought\n<channel|>"
@@ -69,6 +69,16 @@ _MARKER_SEARCH_START = 0x10FFFD
 
 class PromptError(ValueError):
     """The prompt cannot be built as asked (bad template, unsafe isolation, unsupported option)."""
+
+
+class PromptTooLong(PromptError):
+    """The prompt has more tokens than `token_limit` (`tokens` is a lower bound when it was
+    refused before tokenizing it all)."""
+
+    def __init__(self, tokens: int, limit: int, *, exact: bool) -> None:
+        more = "" if exact else "at least "
+        super().__init__(f"the prompt has {more}{tokens} tokens, more than the limit of {limit}")
+        self.tokens, self.limit, self.exact = tokens, limit, exact
 
 
 @dataclass(frozen=True)
@@ -628,6 +638,35 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
     return ids, spans
 
 
+def _min_tokens(tok: Tokenizer, text: str, limit: int) -> int:
+    """A lower bound on the number of tokens of `text`, cheap next to encoding it.
+
+    Every token holds at least one byte, so text of at most `limit` bytes is never too long; and no
+    token holds more bytes than the vocabulary's longest, which bounds the count from below.
+    (A pre-tokenizer count would be tighter, but costs about as much as encoding.)
+    """
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= limit:
+        return 0
+    return -(-size // _longest_token_bytes(tok))
+
+
+_LONGEST_CACHE: dict[int, tuple[Any, int]] = {}
+
+
+def _longest_token_bytes(tok: Tokenizer) -> int:
+    hit = _LONGEST_CACHE.get(id(tok.hf))
+    if hit is not None and hit[0] is tok.hf:
+        return hit[1]
+    # Vocabulary strings: a byte-level piece spends at least one UTF-8 byte per byte it stands
+    # for, a SentencePiece piece exactly its bytes (a byte-fallback "<0xNN>" far more than its
+    # one byte): an upper bound either way.
+    longest = max((len(p.encode("utf-8", "surrogatepass")) for p in tok.hf.get_vocab(with_added_tokens=True)),
+                  default=1)
+    _LONGEST_CACHE[id(tok.hf)] = (tok.hf, max(longest, 1))
+    return max(longest, 1)
+
+
 def _truncate(ids: list[int], spans: list[tuple[int, int]], max_length: int, side: str):
     if len(ids) <= max_length:
         return ids, spans
@@ -658,6 +697,7 @@ def render_prompt(
     padding: Any = False,
     return_tensors: Any = None,
     tokenizer_kwargs: Mapping[str, Any] | None = None,
+    token_limit: int | None = None,
     **template_kwargs: Any,
 ) -> Prompt:
     """Render `messages` with the chat template and tokenize it, isolating delimiters in content.
@@ -670,7 +710,9 @@ def render_prompt(
     thought channel (`GEMMA4_EMPTY_THOUGHT`) is removed from the generation prompt unless
     `keep_empty_thinking=True`.
     `truncation=True` cuts the assembled ids to `max_length` (default: the tokenizer's
-    model_max_length) on the tokenizer's truncation_side. Other keywords reach the template
+    model_max_length) on the tokenizer's truncation_side. `token_limit` (without truncation)
+    raises `PromptTooLong` for a longer prompt, before tokenizing it when a cheap lower bound on
+    its token count already exceeds the limit. Other keywords reach the template
     (`enable_thinking=False`, ...). Raises `PromptError`.
     """
     _check_tokenizer_controls(padding, return_tensors, tokenizer_kwargs)
@@ -683,6 +725,10 @@ def render_prompt(
         return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
     text = finish(_render(source, msgs, tools_p, docs_p, add_generation_prompt, variables))
+    if token_limit is not None and not truncation:
+        floor = _min_tokens(tok, text, token_limit)
+        if floor > token_limit:
+            raise PromptTooLong(floor, token_limit, exact=False)
     delims = _active_delimiters(tok, format, markers) if isolate_markers else None
 
     ids: list[int] | None = None
@@ -708,6 +754,8 @@ def render_prompt(
     if ids is None:
         ids = tok.encode(text)
 
+    if token_limit is not None and not truncation and len(ids) > token_limit:
+        raise PromptTooLong(len(ids), token_limit, exact=True)
     if truncation:
         limit = max_length if max_length is not None else tok.model_max_length
         if limit is not None:

@@ -65,8 +65,10 @@ class FakeEngine:
                 Route("/v1/completions", self._vllm, methods=["POST"]),
                 Route("/generate", self._sglang, methods=["POST"]),
                 Route("/completion", self._llamacpp, methods=["POST"]),
+                Route("/health", self._health, methods=["GET"]),
             ]
         )
+        self.healthy = True  # what GET /health answers: 200, or 503 when False
 
     def outcome(self, key: str, timeout: float = 20.0) -> str | None:
         """Wait for the request playing `key` to end; "complete", "cancelled" or None."""
@@ -76,6 +78,9 @@ class FakeEngine:
         return self.outcomes.get(key)
 
     # ------------------------------------------------------------ helpers
+
+    async def _health(self, request: Request) -> Response:
+        return Response(status_code=200 if self.healthy else 503)
 
     def _pick(self, prompt_ids: list[int]) -> tuple[str, Script]:
         text = self.decode(prompt_ids)

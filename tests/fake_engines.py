@@ -30,6 +30,7 @@ class Script:
     batch: int = 1  # ids per streamed event
     fail: str | None = None  # None | "status" | "reject" | "garbage" | "truncate" | "error_event"
     delay: float = 0.0  # seconds between events (to leave room for a disconnect)
+    ignore_max_tokens: bool = False  # an engine that runs past the max_tokens it was sent
 
 
 def fake_logprob(token_id: int) -> float:
@@ -125,7 +126,7 @@ class FakeEngine:
                 ids = ids[: i + 1]
                 reason = "stop"
                 break
-        if max_tokens is not None and max_tokens < len(ids):
+        if max_tokens is not None and max_tokens < len(ids) and not script.ignore_max_tokens:
             ids, reason = ids[:max_tokens], "length"
         batches = [ids[i : i + script.batch] for i in range(0, len(ids), script.batch)] or [[]]
         return batches, reason

@@ -15,6 +15,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -196,3 +197,56 @@ async def _respond(send: Send, status: int, body: bytes, extra: Iterable[tuple[b
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+# ---------------------------------------------------------------- slow clients
+
+
+def guarded_h11(header_timeout: float, max_connections: int) -> type:
+    """uvicorn's h11 protocol, bounded against slow or idle clients (slowloris):
+
+    - a connection beyond `max_connections` open ones is closed at once, unread, so half-open
+      connections cannot use up the process's file descriptors;
+    - a request's headers must arrive within `header_timeout` seconds of its first byte (of the
+      connection, for the first request), or the connection is closed.
+    Idle keep-alive connections are closed by uvicorn's own timeout_keep_alive.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _header_timer: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                log.warning("%d connections open: closing a new one (--limit-concurrency)", len(self.connections))
+                transport.abort()
+                return
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._header_timer is None and self.conn.their_state is h11.IDLE:
+                self._arm()  # the next request on a kept-alive connection has begun
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()  # its headers are complete
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._header_timer = self.loop.call_later(header_timeout, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedH11Protocol

@@ -124,7 +124,8 @@ class ChatService:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
         self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
         self.vocab_size = self.tokenizer.hf.get_vocab_size(with_added_tokens=True)
-        self._engine_state: tuple[float, bool] = (0.0, False)  # (checked at, reachable)
+        self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
+        self._probe_lock = anyio.Lock()
 
     async def start(self) -> None:
         timeout = httpx.Timeout(connect=10.0, read=self.config.timeout, write=30.0, pool=self.config.timeout)
@@ -149,18 +150,19 @@ class ChatService:
 
     async def engine_reachable(self) -> bool:
         """Whether the engine answers its /health with 200 (checked at most once a second)."""
-        checked, up = self._engine_state
-        if time.monotonic() - checked < 1.0:
+        async with self._probe_lock:  # concurrent health checks share one probe
+            checked, up = self._engine_state
+            if time.monotonic() - checked < 1.0:
+                return up
+            up = False
+            if self.client is not None:
+                url = self.config.backend_url.rstrip("/") + "/health"
+                try:
+                    up = (await self.client.get(url, timeout=2.0)).status_code == 200
+                except httpx.HTTPError as e:
+                    log.info("engine health check failed: %s", e or type(e).__name__)
+            self._engine_state = (time.monotonic(), up)
             return up
-        up = False
-        if self.client is not None:
-            url = self.config.backend_url.rstrip("/") + "/health"
-            try:
-                up = (await self.client.get(url, timeout=2.0)).status_code == 200
-            except httpx.HTTPError as e:
-                log.info("engine health check failed: %s", e or type(e).__name__)
-        self._engine_state = (time.monotonic(), up)
-        return up
 
     def _warm_up(self) -> None:
         """Render a prompt whose content holds a delimiter: isolation builds (and caches) its

@@ -611,7 +611,7 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
         from_caller[m.start(1):m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
     markers = set(mk.all)
 
-    enc = tok.hf.encode(real, add_special_tokens=False)
+    enc = _encode(tok, real)
     delimiter_ids = delims.id_set
     as_text: dict[str, list[int]] = {}  # a delimiter's ordinary pieces, once per distinct text
     ids: list[int] = []
@@ -665,6 +665,13 @@ def _longest_token_bytes(tok: Tokenizer) -> int:
                   default=1)
     _LONGEST_CACHE[id(tok.hf)] = (tok.hf, max(longest, 1))
     return max(longest, 1)
+
+
+def _encode(tok: Tokenizer, text: str) -> Any:
+    """The whole prompt's encoding (ids and offsets), with the GIL released while the tokenizer
+    works (`encode_batch` does, `encode` does not): a server thread rendering a long prompt then
+    leaves the other requests running."""
+    return tok.hf.encode_batch([text], add_special_tokens=False)[0]
 
 
 def _truncate(ids: list[int], spans: list[tuple[int, int]], max_length: int, side: str):
@@ -752,7 +759,7 @@ def render_prompt(
                 )
             ids, spans = _isolate(tok, text, marked, pos, mk, delims)
     if ids is None:
-        ids = tok.encode(text)
+        ids = _encode(tok, text).ids
 
     if token_limit is not None and not truncation and len(ids) > token_limit:
         raise PromptTooLong(len(ids), token_limit, exact=True)

@@ -337,3 +337,36 @@ def test_context_length_comes_from_the_model_directory(tmp_path, tok):
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))
     assert model_context_length(tmp_path, tok) == 40960
     assert dataclasses.replace(_config("http://x"), max_model_len=None).max_model_len is None
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_tokenizing_a_large_prompt_lets_other_threads_run(tok, isolated):
+    # The server renders prompts in a worker thread; encoding must release the GIL, or one large
+    # request stalls every other request and /health (issue 10, finding 5).
+    import threading
+
+    from chatsieve.prompt import render_prompt
+
+    text = "The weather in Paris is sunny and mild today. " * 20_000
+    if isolated:
+        text += " <tool_call> "  # isolation encodes with offsets: the same must hold there
+    ticks, done = [0], threading.Event()
+
+    def tick():
+        while not done.is_set():
+            ticks[0] += 1
+            time.sleep(0.005)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        started = time.monotonic()
+        prompt = render_prompt(user("x", text), tokenizer=tok, format="qwen3")
+        elapsed = time.monotonic() - started
+    finally:
+        done.set()
+        ticker.join()
+    assert len(prompt.token_ids) > 150_000
+    # a ticker stalled by the GIL runs a handful of times (0.3% of its 5 ms slots, measured); a
+    # free one, even on a loaded machine, a good share of them (over 40%, measured)
+    assert ticks[0] >= 0.05 * elapsed / 0.005, (ticks[0], elapsed)

@@ -154,10 +154,19 @@ def test_ten_thousand_stop_strings_over_http_are_400(servers, engine):
     assert engine.requests == []
 
 
-@pytest.mark.parametrize("depth", [100, 600, 5000])
-def test_deep_json_is_a_400_in_openai_shape_logged_in_one_line(servers, caplog, depth):
+@pytest.mark.parametrize("where,depth", [("messages", 100), ("messages", 5000), ("tools", 600)])
+def test_deep_json_is_a_400_in_openai_shape_logged_in_one_line(servers, caplog, where, depth):
+    # before: messages 5000 deep was a text/plain 500; a tool schema 600 deep a 500 with a
+    # 178 KB traceback in the log
     caplog.set_level(logging.INFO)
-    body = '{"model": "m", "messages": ' + "[" * depth + "]" * depth + "}"
+    if where == "messages":
+        body = '{"model": "m", "messages": ' + "[" * depth + "]" * depth + "}"
+    else:
+        schema = '{"x": ' * depth + "1" + "}" * depth
+        body = (
+            '{"messages": [{"role": "user", "content": "[h:answer] x"}], "tools": [{"type": "function", '
+            '"function": {"name": "f", "parameters": {"type": "object", "properties": {"a": ' + schema + "}}}}]}"
+        )
     r = httpx.post(servers["open"] + "/v1/chat/completions", content=body,
                    headers={"content-type": "application/json"}, timeout=30)
     err = assert_openai_error(r, 400, "too_deeply_nested")
@@ -240,6 +249,16 @@ def test_keys_come_from_flags_and_the_environment():
     assert cfg.security.api_keys == ("a", "b", "c", "d")
     assert cfg.security.allowed_hosts == ("localhost", "127.0.0.1", "::1")
     assert cfg.cors_origins == ()
+    base = ["--model-dir", "m", "--format", "qwen3", "--backend", "http://x"]
+    cfg = config_from_args(build_parser().parse_args(
+        [*base, "--host", "0.0.0.0", "--allowed-hosts", "llm.example.com, api.example.com",
+         "--cors-origins", "https://app.example", "--max-request-bytes", "1000", "--max-model-len", "4096",
+         "--max-stop-strings", "4"]), environ={})
+    assert cfg.security.allowed_hosts == ("llm.example.com", "api.example.com")
+    assert cfg.cors_origins == ("https://app.example",) and cfg.security.max_body_bytes == 1000
+    assert cfg.max_model_len == 4096 and cfg.limits.max_stop_strings == 4 and cfg.security.api_keys == ()
+    cfg = config_from_args(build_parser().parse_args([*base, "--host", "0.0.0.0"]), environ={})
+    assert cfg.security.allowed_hosts is None  # bound everywhere: the public name is not known
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20"])

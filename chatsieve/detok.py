@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import codecs
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -165,6 +166,9 @@ class Detokenizer:
 class StopChecker:
     """Cuts the piece stream at the first stop string or stop token id.
 
+    Stop strings are matched by one Aho-Corasick automaton over the output's characters, fed
+    each character once: the work per character does not grow with the number of stop strings.
+
     A piece carrying a stop token id ends the output: it and everything after it is
     dropped. For stop strings the checker holds back the tail that could still become a
     stop string (never more than the longest stop string minus one character, plus
@@ -187,6 +191,8 @@ class StopChecker:
         if isinstance(stop, str):
             stop = (stop,)
         self._stops: tuple[str, ...] = tuple(dict.fromkeys(s for s in stop if s))
+        self._auto = _StopAutomaton(self._stops) if self._stops else None
+        self._state = 0  # the automaton's state after the text seen so far
         self._stop_ids = frozenset(stop_token_ids)
         self._include = include_stop_str_in_output
         self._held: list[Piece] = []
@@ -223,7 +229,7 @@ class StopChecker:
         return out
 
     def _scan(self, run: list[Piece]) -> list[Piece]:
-        if not self._stops:
+        if self._auto is None:
             return run
         old_len = len(self._buf)
         pos = old_len
@@ -233,16 +239,31 @@ class StopChecker:
             pos += len(p.text)
         self._held.extend(run)
         self._buf += "".join(p.text for p in run)
-        buf = self._buf
-
+        buf, n, auto = self._buf, len(self._buf), self._auto
+        state, i = self._state, old_len
         best: tuple[int, int, str] | None = None  # (end, start, stop string)
-        for s in self._stops:
-            # Matches ending in the old text were looked for on an earlier call.
-            i = buf.find(s, max(0, old_len - len(s) + 1))
-            while i != -1 and not (self._boundary(i) and self._boundary(i + len(s))):
-                i = buf.find(s, i + 1)
-            if i != -1 and (best is None or (i + len(s), i) < best[:2]):
-                best = (i + len(s), i, s)
+        while i < n:
+            if state == 0:
+                # Outside any partial match: jump to the next character that can start one.
+                m = auto.first.search(buf, i)
+                if m is None:
+                    break
+                i = m.start()
+            state = auto.step(state, buf[i])
+            i += 1
+            if auto.ends[state] and self._boundary(i):
+                # The first end wins; at one end, the longest stop (earliest start) that does not
+                # start inside a special piece.
+                node = state if auto.stop[state] is not None else auto.ends_link[state]
+                while node:
+                    start = i - auto.depth[node]
+                    if start >= 0 and self._boundary(start):
+                        best = (i, start, auto.stop[node])
+                        break
+                    node = auto.ends_link[node]
+                if best is not None:
+                    break
+        self._state = state
         if best is not None:
             end, start, s = best
             out = self._emit_upto(end if self._include else start)
@@ -257,18 +278,17 @@ class StopChecker:
         return k < 0 or not (self._special[k][0] < i < self._special[k][1])
 
     def _hold_start(self) -> int:
-        """The earliest offset from which the held text could still grow into a stop string."""
-        buf = self._buf
-        n = len(buf)
-        hold = n
-        for s in self._stops:
-            j = buf.find(s[0], max(0, n - len(s) + 1), n)
-            while j != -1 and j < hold:
-                if s.startswith(buf[j:]) and self._boundary(j):
-                    hold = j
-                    break
-                j = buf.find(s[0], j + 1, n)
-        return hold
+        """The earliest offset from which the held text could still grow into a stop string:
+        the longest suffix that is a stop string's prefix, not starting inside a special piece."""
+        n = len(self._buf)
+        auto = self._auto
+        node = self._state
+        while node:
+            j = n - auto.depth[node]
+            if j >= 0 and self._boundary(j):
+                return j
+            node = auto.fail[node]
+        return n
 
     def _emit_upto(self, cut: int) -> list[Piece]:
         """Emit the held text before `cut`; keep the rest held (shifted to offset 0)."""
@@ -296,3 +316,54 @@ class StopChecker:
             self._buf = self._buf[cut:]
             self._special = [(a - cut, b - cut) for a, b in self._special if a >= cut]
         return out
+
+
+class _StopAutomaton:
+    """Aho-Corasick over the stop strings: `step` is amortised O(1) per character whatever
+    their number; `steps` counts transitions taken (goto and failure links), for tests."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        goto: list[dict[str, int]] = [{}]
+        self.depth = [0]
+        self.stop: list[str | None] = [None]  # the stop string ending exactly at this node
+        for s in stops:
+            node = 0
+            for ch in s:
+                nxt = goto[node].get(ch)
+                if nxt is None:
+                    nxt = goto[node][ch] = len(goto)
+                    goto.append({})
+                    self.depth.append(self.depth[node] + 1)
+                    self.stop.append(None)
+                node = nxt
+            self.stop[node] = s
+        self.goto = goto
+        self.fail = [0] * len(goto)
+        self.ends_link = [0] * len(goto)  # nearest proper suffix node where a stop string ends
+        self.ends = [s is not None for s in self.stop]  # a stop string ends here or at a suffix
+        queue = list(goto[0].values())
+        for node in queue:  # breadth first: a node's failure target is shallower
+            for ch, child in goto[node].items():
+                f = self.fail[node]
+                while f and ch not in goto[f]:
+                    f = self.fail[f]
+                target = goto[f].get(ch, 0) if node else 0
+                self.fail[child] = target if target != child else 0
+                t = self.fail[child]
+                self.ends_link[child] = t if self.stop[t] is not None else self.ends_link[t]
+                self.ends[child] = self.ends[child] or self.ends[t]
+                queue.append(child)
+        self.first = re.compile("[" + "".join(re.escape(ch) for ch in sorted(goto[0])) + "]")
+        self.steps = 0
+
+    def step(self, state: int, ch: str) -> int:
+        goto, fail = self.goto, self.fail
+        self.steps += 1
+        while True:
+            nxt = goto[state].get(ch)
+            if nxt is not None:
+                return nxt
+            if not state:
+                return 0
+            state = fail[state]
+            self.steps += 1

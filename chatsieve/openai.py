@@ -39,9 +39,26 @@ from chatsieve.events import (
     ToolCallEnd,
     ToolCallStart,
 )
+from chatsieve.messages import MessageError, normalize_messages
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_TOP_LOGPROBS = 20
+MAX_TOKENS_CEILING = 2**31 - 1  # no engine takes more; anything above is a client's mistake
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What a request may ask for (the server's --max-stop-strings, ... options).
+
+    OpenAI allows 4 stop strings; the default here is larger but bounded, since every stop
+    string is matched against the whole output. `max_model_len` (the model's context), when
+    known, bounds `max_tokens`.
+    """
+
+    max_stop_strings: int = 16
+    max_stop_length: int = 256  # characters
+    max_json_depth: int = 64  # nesting of objects and arrays in the request body
+    max_model_len: int | None = None
 
 
 # ---------------------------------------------------------------- errors
@@ -144,10 +161,12 @@ class ChatRequest:
         return ToolCallFilter(allowed=allowed, max_calls=None if self.parallel_tool_calls else 1)
 
 
-def parse_chat_request(body: Any) -> ChatRequest:
+def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRequest:
     """Validate a decoded JSON body; raise RequestError (HTTP 400) naming the bad field."""
+    limits = limits or RequestLimits()
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
+    check_json_depth(body, limits.max_json_depth)
     get = _Fields(body)
 
     n = get.integer("n", minimum=1)
@@ -159,6 +178,10 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise RequestError("'messages' must be a non-empty array", param="messages")
     for i, m in enumerate(messages):
         _check_message(m, i)
+    try:
+        messages = normalize_messages(messages)
+    except MessageError as e:
+        raise RequestError(str(e), param=e.param) from None
 
     tools = get.value("tools")
     if tools is not None:
@@ -169,9 +192,10 @@ def parse_chat_request(body: Any) -> ChatRequest:
         tools = tools or None
     tool_choice = _tool_choice(get.value("tool_choice"), tools)
 
-    max_tokens = get.integer("max_completion_tokens", minimum=1)
+    ceiling = min(MAX_TOKENS_CEILING, limits.max_model_len or MAX_TOKENS_CEILING)
+    max_tokens = get.integer("max_completion_tokens", minimum=1, maximum=ceiling)
     if max_tokens is None:
-        max_tokens = get.integer("max_tokens", minimum=1)
+        max_tokens = get.integer("max_tokens", minimum=1, maximum=ceiling)
 
     stop = get.value("stop")
     if stop is None:
@@ -182,6 +206,14 @@ def parse_chat_request(body: Any) -> ChatRequest:
         stops = tuple(s for s in stop if s)
     else:
         raise RequestError("'stop' must be a string or an array of strings", param="stop")
+    if len(stops) > limits.max_stop_strings:
+        raise RequestError(
+            f"'stop' may hold at most {limits.max_stop_strings} strings, got {len(stops)}", param="stop"
+        )
+    if any(len(s) > limits.max_stop_length for s in stops):
+        raise RequestError(
+            f"each stop string may be at most {limits.max_stop_length} characters long", param="stop"
+        )
 
     logprobs = get.boolean("logprobs") or False
     top_logprobs = get.integer("top_logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
@@ -228,6 +260,23 @@ def parse_chat_request(body: Any) -> ChatRequest:
         chat_template_kwargs=dict(kwargs or {}),
         reasoning_effort=get.string("reasoning_effort"),
     )
+
+
+def check_json_depth(value: Any, limit: int) -> None:
+    """RequestError when objects and arrays nest deeper than `limit` (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            raise RequestError(json_depth_message(limit), code="too_deeply_nested")
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+
+
+def json_depth_message(limit: int) -> str:
+    return f"the request body nests objects and arrays deeper than {limit} levels"
 
 
 class _Fields:
@@ -282,6 +331,7 @@ def _check_range(name: str, v: float, minimum: float | None, maximum: float | No
 
 
 def _check_message(m: Any, i: int) -> None:
+    """The role; the rest of the message's shape is checked (and normalised) by normalize_messages."""
     param = f"messages[{i}]"
     if not isinstance(m, dict):
         raise RequestError(f"{param} must be an object", param=param)
@@ -290,32 +340,6 @@ def _check_message(m: Any, i: int) -> None:
         raise RequestError(
             f"{param}.role must be one of {', '.join(sorted(ROLES))}, got {role!r}", param=f"{param}.role"
         )
-    content = m.get("content")
-    if content is not None and not isinstance(content, str | list):
-        raise RequestError(f"{param}.content must be a string or an array of parts", param=f"{param}.content")
-    if isinstance(content, list):
-        for j, part in enumerate(content):
-            if not isinstance(part, dict | str):
-                raise RequestError(
-                    f"{param}.content[{j}] must be a content part object", param=f"{param}.content[{j}]"
-                )
-    calls = m.get("tool_calls")
-    if calls is not None:
-        if not isinstance(calls, list):
-            raise RequestError(f"{param}.tool_calls must be an array", param=f"{param}.tool_calls")
-        for j, c in enumerate(calls):
-            fn = c.get("function") if isinstance(c, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                raise RequestError(
-                    f"{param}.tool_calls[{j}] must have a function with a name",
-                    param=f"{param}.tool_calls[{j}]",
-                )
-            args = fn.get("arguments")
-            if args is not None and not isinstance(args, str | dict):
-                raise RequestError(
-                    f"{param}.tool_calls[{j}].function.arguments must be a JSON string",
-                    param=f"{param}.tool_calls[{j}].function.arguments",
-                )
 
 
 def _tool_name(tool: dict) -> str | None:

@@ -7,12 +7,15 @@ ordinary sub-word pieces, so the model never reads it as the control token.
 Isolation, precisely:
 
 * Scope: every string the caller supplies in `messages` (content, text parts, reasoning, tool
-  results, tool-call arguments, names), `tools` and `documents` -- but not dict keys and not
-  template variables (`bos_token`, `enable_thinking`, ...). The template's own text keeps its ids.
-* Delimiters: `markers` if given, else the format's `delimiters` (`chatsieve.formats`), else every
-  added token of the tokenizer. Only delimiters that are added tokens can become a single id, so
-  only those are isolated (a delimiter string that merely *contains* an added token isolates that
-  token); whitespace-only added tokens are never isolated. Each must encode to exactly its id.
+  results, tool-call arguments, names), `tools` and `documents`, dict keys included (a tool
+  schema's property names come from third parties too) -- but not template variables
+  (`bos_token`, `enable_thinking`, ...). The template's own text keeps its ids.
+* Delimiters: `markers` if given (exactly those); else the format's `delimiters`
+  (`chatsieve.formats`) plus every control token of the tokenizer: each added token except
+  whitespace runs (Gemma's "▁▁") and non-special HTML tags (Gemma's `<table>`, `<b>`), which
+  ordinary text is meant to produce. Only delimiters that are added tokens can become a single
+  id, so only those are isolated (a delimiter string that merely *contains* an added token
+  isolates that token). Each must encode to exactly its id, or the prompt is refused.
 * Method: the prompt is rendered twice, once as given and once with every delimiter occurrence in
   those strings wrapped in private-use marker characters (never present in the input or the
   template: a forged marker makes another one be chosen). Removing the markers from the second
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import json
 import re
 import sys
@@ -47,9 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .messages import MessageError, normalize_messages
 from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "render_main", "render_prompt", "render_text"]
+__all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "PromptTooLong", "render_main", "render_prompt", "render_text"]
 
 # The Gemma 4 template ends a thinking-off generation prompt with this empty thought channel.
 GEMMA4_EMPTY_THOUGHT = "<|channel>thought\n<channel|>"
@@ -64,6 +69,16 @@ _MARKER_SEARCH_START = 0x10FFFD
 
 class PromptError(ValueError):
     """The prompt cannot be built as asked (bad template, unsafe isolation, unsupported option)."""
+
+
+class PromptTooLong(PromptError):
+    """The prompt has more tokens than `token_limit` (`tokens` is a lower bound when it was
+    refused before tokenizing it all)."""
+
+    def __init__(self, tokens: int, limit: int, *, exact: bool) -> None:
+        more = "" if exact else "at least "
+        super().__init__(f"the prompt has {more}{tokens} tokens, more than the limit of {limit}")
+        self.tokens, self.limit, self.exact = tokens, limit, exact
 
 
 @dataclass(frozen=True)
@@ -108,25 +123,63 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"  # an inert placeholder, as transformers renders unknown objects
 
 
-def _prepare_messages(messages: Sequence[Any]) -> list[dict]:
+def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = False) -> list[dict]:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise PromptError("messages must be a list of {'role': ..., 'content': ...} dicts")
     if not messages:
         raise PromptError("cannot render an empty conversation: give at least one message")
-    out = []
+    plain = []
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping):
             m = _plain(m)
         if not isinstance(m, Mapping):
             raise PromptError(f"message {i} is a {type(m).__name__}, expected a dict with 'role' and 'content'")
-        # Drop None values (OpenAI clients send content=None, tool_calls=None): templates handle a
-        # missing key but often render "None".
-        m = _plain({k: v for k, v in m.items() if v is not None})
+        plain.append(_plain(m))
+    try:
+        # One normal form for every OpenAI message shape (null content, text parts, developer and
+        # function roles, arguments as JSON strings); null fields are dropped, since templates
+        # handle a missing key but often render "None".
+        normal = normalize_messages(plain, arguments_as_objects=arguments_as_objects)
+    except MessageError as e:
+        raise PromptError(str(e)) from e
+    out = []
+    for m in normal:
         reasoning = next((m[k] for k in _REASONING_FIELDS if m.get(k) is not None), None)
         if reasoning is not None:
             m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
         out.append(m)
     return out
+
+
+_PROBE_CALL_ID = "abcDEF123"  # nine alphanumerics: Mistral's templates insist on that shape
+_PROBE_TOOLS = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object"}}}]
+
+
+@functools.lru_cache(maxsize=32)
+def _wants_argument_objects(source: str) -> bool:
+    """Whether a template needs tool-call arguments as objects rather than OpenAI's JSON string.
+
+    Vendors disagree (DeepSeek concatenates the string; Llama 3 and GLM `tojson` or iterate an
+    object), so a probe call with string arguments is rendered once per template: if the template
+    fails on it or double-encodes it, arguments are given to it as objects. Otherwise they stay
+    strings, as transformers passes them.
+    """
+    def probe(args: Any) -> str | None:
+        messages = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": "probe", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": "probe", "content": "r"},
+        ]
+        try:
+            return _render(source, messages, _PROBE_TOOLS, None, True, {})
+        except PromptError:
+            return None
+
+    as_string = probe('{"k": "v"}')
+    if as_string is not None and '\\"k\\"' not in as_string:
+        return False
+    return probe({"k": "v"}) is not None
 
 
 def _as_tokenizer(tokenizer: Any) -> Tokenizer:
@@ -237,7 +290,7 @@ def _check_tokenizer_controls(padding: Any, return_tensors: Any, tokenizer_kwarg
 def _prepare(messages, tokenizer, template, tools, documents, template_kwargs):
     tok = _as_tokenizer(tokenizer) if tokenizer is not None else None
     source = _resolve_template(template, tok, tools)
-    msgs = _prepare_messages(messages)
+    msgs = _prepare_messages(messages, _wants_argument_objects(source))
     if tools is not None and not all(isinstance(t, Mapping) for t in tools):
         raise PromptError("tools must be a list of OpenAI tool dicts ({'type': 'function', 'function': {...}})")
     tools_p = _plain(list(tools)) if tools is not None else None
@@ -281,18 +334,20 @@ class _Delimiters:
     prefixes: frozenset[str]      # proper prefixes, to find delimiters cut at a string's edge
     suffixes: frozenset[str]
     longest: int                  # length of the longest delimiter
+    id_set: frozenset[int] = frozenset()
 
 
-_DELIMITER_CACHE: dict[tuple[int, tuple[str, ...] | None], tuple[Any, _Delimiters | None]] = {}
+_DELIMITER_CACHE: dict[tuple[int, tuple[str, ...]], tuple[Any, _Delimiters | None]] = {}
 
 
 def _active_delimiters(tok: Tokenizer, format: str | None, markers: Sequence[str] | None) -> _Delimiters | None:
     if markers is not None:
-        wanted: tuple[str, ...] | None = tuple(markers)
-    elif format is not None:
-        wanted = tuple(_format_spec(format).delimiters)
+        wanted: tuple[str, ...] = tuple(markers)
     else:
-        wanted = None  # every added token
+        # The format's delimiters, and every control token of the tokenizer (Qwen3's
+        # <|vision_start|>, <|fim_prefix|>, <|file_sep|>, ... are not in its delimiter list).
+        own = tuple(_format_spec(format).delimiters) if format is not None else ()
+        wanted = own + tuple(t for t in _control_tokens(tok) if t not in own)
     key = (id(tok.hf), wanted)
     hit = _DELIMITER_CACHE.get(key)
     if hit is not None and hit[0] is tok.hf:
@@ -304,10 +359,39 @@ def _active_delimiters(tok: Tokenizer, format: str | None, markers: Sequence[str
     return found
 
 
-def _find_delimiters(tok: Tokenizer, wanted: tuple[str, ...] | None) -> _Delimiters | None:
+# HTML elements some vocabularies hold as added tokens (Gemma's `<table>`, `<b>`): ordinary text
+# is meant to produce them, so a non-special one is never isolated.
+_HTML_ELEMENTS = frozenset(
+    "a b i u s p em strong sub sup code pre span div br hr img html body head header footer nav "
+    "table caption thead tbody tfoot tr th td h1 h2 h3 h4 h5 h6 blockquote ul ol li dl dt dd iframe".split()
+)
+_TAG = re.compile(r"</?([a-z][a-z0-9]*)>")
+
+
+def _control_tokens(tok: Tokenizer) -> list[str]:
+    """Every added token that callers' text is not meant to produce: all of them except
+    whitespace runs (Gemma's "▁▁") and non-special HTML tags."""
+    special = {t.content for t in _added_token_objects(tok) if getattr(t, "special", True)}
+    out = []
+    for text in tok.added_tokens():
+        if not text or not text.replace("\u2581", " ").strip():
+            continue
+        tag = _TAG.fullmatch(text)
+        if tag is not None and tag.group(1) in _HTML_ELEMENTS and text not in special:
+            continue
+        out.append(text)
+    return out
+
+
+def _added_token_objects(tok: Tokenizer) -> list[Any]:
+    try:
+        return list(tok.hf.get_added_tokens_decoder().values())
+    except Exception:  # a tokenizer without the table: treat every added token as special
+        return []
+
+
+def _find_delimiters(tok: Tokenizer, wanted: tuple[str, ...]) -> _Delimiters | None:
     added = tok.added_tokens()
-    if wanted is None:
-        wanted = tuple(added)
     chosen: dict[str, int] = {}
     for text in wanted:
         if not isinstance(text, str) or not text or text.isspace():
@@ -328,21 +412,43 @@ def _find_delimiters(tok: Tokenizer, wanted: tuple[str, ...] | None) -> _Delimit
                 f"delimiter {text!r} does not encode to its single token id {i} (got {got}); "
                 "cannot isolate it safely"
             )
-    longest_first = sorted(chosen, key=len, reverse=True)
     return _Delimiters(
         ids=chosen,
-        pattern=re.compile("|".join(map(re.escape, longest_first))),
+        pattern=re.compile(_trie_pattern(chosen)),
         prefixes=frozenset(d[:k] for d in chosen for k in range(1, len(d))),
         suffixes=frozenset(d[k:] for d in chosen for k in range(1, len(d))),
         longest=max(map(len, chosen)),
+        id_set=frozenset(chosen.values()),
     )
+
+
+def _trie_pattern(words: Sequence[str]) -> str:
+    """A regex matching any of `words`, longest first, as a trie: a vocabulary's thousands of
+    added tokens cost one walk per position, not one attempt per token."""
+    trie: dict = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = True
+
+    def build(node: dict) -> str:
+        ends = "" in node
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if ends else body
+
+    return build(trie)
 
 
 def _strings(obj: Any):
     if isinstance(obj, str):
         yield obj
     elif isinstance(obj, dict):
-        for v in obj.values():
+        for k, v in obj.items():
+            yield from _strings(k)
             yield from _strings(v)
     elif isinstance(obj, list | tuple):
         for v in obj:
@@ -397,7 +503,8 @@ def _mark(obj: Any, delims: _Delimiters, mk: _Markers, flag: list[bool]) -> Any:
             flag[0] = True
         return marked
     if isinstance(obj, dict):
-        return {k: _mark(v, delims, mk, flag) for k, v in obj.items()}
+        # Keys too: a tool schema's property names come from third parties like its values.
+        return {_mark(k, delims, mk, flag): _mark(v, delims, mk, flag) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_mark(v, delims, mk, flag) for v in obj]
     if isinstance(obj, tuple):
@@ -445,7 +552,7 @@ def _without_added_tokens(tok: Tokenizer):
 def _encode_as_text(tok: Tokenizer, text: str, delims: _Delimiters) -> list[int]:
     """Ordinary sub-word ids for `text` that decode back to it and hold no delimiter id."""
     stripped = _without_added_tokens(tok)
-    forbidden = set(delims.ids.values())
+    forbidden = delims.id_set
 
     def ok(ids: list[int]) -> bool:
         return bool(ids) and not forbidden.intersection(ids) and tok.decode(ids) == text
@@ -504,8 +611,9 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
         from_caller[m.start(1):m.end(1)] = b"\x01" * (m.end(1) - m.start(1))
     markers = set(mk.all)
 
-    enc = tok.hf.encode(real, add_special_tokens=False)
-    delimiter_ids = set(delims.ids.values())
+    enc = _encode(tok, real)
+    delimiter_ids = delims.id_set
+    as_text: dict[str, list[int]] = {}  # a delimiter's ordinary pieces, once per distinct text
     ids: list[int] = []
     spans: list[tuple[int, int]] = []
     for tid, (a, b) in zip(enc.ids, enc.offsets, strict=True):
@@ -515,7 +623,10 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
             # between its characters); a delimiter we cannot place is treated as caller text.
             if (not where or any(from_caller[j] for j in where)
                     or not markers.isdisjoint(marked[where[0]:where[-1] + 1])):
-                pieces = _encode_as_text(tok, real[a:b], delims)
+                piece_text = real[a:b]
+                pieces = as_text.get(piece_text)
+                if pieces is None:
+                    pieces = as_text[piece_text] = _encode_as_text(tok, piece_text, delims)
                 spans.append((len(ids), len(ids) + len(pieces)))
                 ids.extend(pieces)
                 continue
@@ -525,6 +636,42 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
         if delimiter_ids.intersection(ids[s:e]):  # pragma: no cover - _encode_as_text checks this
             raise PromptError("an isolated span still holds a delimiter id; refusing to build the prompt")
     return ids, spans
+
+
+def _min_tokens(tok: Tokenizer, text: str, limit: int) -> int:
+    """A lower bound on the number of tokens of `text`, cheap next to encoding it.
+
+    Every token holds at least one byte, so text of at most `limit` bytes is never too long; and no
+    token holds more bytes than the vocabulary's longest, which bounds the count from below.
+    (A pre-tokenizer count would be tighter, but costs about as much as encoding.)
+    """
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= limit:
+        return 0
+    return -(-size // _longest_token_bytes(tok))
+
+
+_LONGEST_CACHE: dict[int, tuple[Any, int]] = {}
+
+
+def _longest_token_bytes(tok: Tokenizer) -> int:
+    hit = _LONGEST_CACHE.get(id(tok.hf))
+    if hit is not None and hit[0] is tok.hf:
+        return hit[1]
+    # Vocabulary strings: a byte-level piece spends at least one UTF-8 byte per byte it stands
+    # for, a SentencePiece piece exactly its bytes (a byte-fallback "<0xNN>" far more than its
+    # one byte): an upper bound either way.
+    longest = max((len(p.encode("utf-8", "surrogatepass")) for p in tok.hf.get_vocab(with_added_tokens=True)),
+                  default=1)
+    _LONGEST_CACHE[id(tok.hf)] = (tok.hf, max(longest, 1))
+    return max(longest, 1)
+
+
+def _encode(tok: Tokenizer, text: str) -> Any:
+    """The whole prompt's encoding (ids and offsets), with the GIL released while the tokenizer
+    works (`encode_batch` does, `encode` does not): a server thread rendering a long prompt then
+    leaves the other requests running."""
+    return tok.hf.encode_batch([text], add_special_tokens=False)[0]
 
 
 def _truncate(ids: list[int], spans: list[tuple[int, int]], max_length: int, side: str):
@@ -557,20 +704,22 @@ def render_prompt(
     padding: Any = False,
     return_tensors: Any = None,
     tokenizer_kwargs: Mapping[str, Any] | None = None,
+    token_limit: int | None = None,
     **template_kwargs: Any,
 ) -> Prompt:
     """Render `messages` with the chat template and tokenize it, isolating delimiters in content.
 
     `tokenizer`: a `chatsieve.tokenizer.Tokenizer`, a `tokenizers.Tokenizer`, or a directory.
     `template`: a path or a template string; default the tokenizer's chat template.
-    `format`: the family (`chatsieve.formats` name) whose delimiters are isolated; `markers`
-    overrides that list; with neither, every added token of the tokenizer found in caller text
-    is isolated. `isolate_markers=False` gives exactly transformers' ids.
+    `format`: the family (`chatsieve.formats` name) whose delimiters are isolated, besides every
+    control token of the tokenizer (see the module docstring); `markers` replaces that list. `isolate_markers=False` gives exactly transformers' ids.
     Gemma 4 with thinking off (`enable_thinking` false or absent): the template's trailing empty
     thought channel (`GEMMA4_EMPTY_THOUGHT`) is removed from the generation prompt unless
     `keep_empty_thinking=True`.
     `truncation=True` cuts the assembled ids to `max_length` (default: the tokenizer's
-    model_max_length) on the tokenizer's truncation_side. Other keywords reach the template
+    model_max_length) on the tokenizer's truncation_side. `token_limit` (without truncation)
+    raises `PromptTooLong` for a longer prompt, before tokenizing it when a cheap lower bound on
+    its token count already exceeds the limit. Other keywords reach the template
     (`enable_thinking=False`, ...). Raises `PromptError`.
     """
     _check_tokenizer_controls(padding, return_tensors, tokenizer_kwargs)
@@ -583,6 +732,10 @@ def render_prompt(
         return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
     text = finish(_render(source, msgs, tools_p, docs_p, add_generation_prompt, variables))
+    if token_limit is not None and not truncation:
+        floor = _min_tokens(tok, text, token_limit)
+        if floor > token_limit:
+            raise PromptTooLong(floor, token_limit, exact=False)
     delims = _active_delimiters(tok, format, markers) if isolate_markers else None
 
     ids: list[int] | None = None
@@ -606,8 +759,10 @@ def render_prompt(
                 )
             ids, spans = _isolate(tok, text, marked, pos, mk, delims)
     if ids is None:
-        ids = tok.encode(text)
+        ids = _encode(tok, text).ids
 
+    if token_limit is not None and not truncation and len(ids) > token_limit:
+        raise PromptTooLong(len(ids), token_limit, exact=True)
     if truncation:
         limit = max_length if max_length is not None else tok.model_max_length
         if limit is not None:

@@ -30,6 +30,7 @@ class Script:
     batch: int = 1  # ids per streamed event
     fail: str | None = None  # None | "status" | "reject" | "garbage" | "truncate" | "error_event"
     delay: float = 0.0  # seconds between events (to leave room for a disconnect)
+    ignore_max_tokens: bool = False  # an engine that runs past the max_tokens it was sent
 
 
 def fake_logprob(token_id: int) -> float:
@@ -65,8 +66,10 @@ class FakeEngine:
                 Route("/v1/completions", self._vllm, methods=["POST"]),
                 Route("/generate", self._sglang, methods=["POST"]),
                 Route("/completion", self._llamacpp, methods=["POST"]),
+                Route("/health", self._health, methods=["GET"]),
             ]
         )
+        self.healthy = True  # what GET /health answers: 200, or 503 when False
 
     def outcome(self, key: str, timeout: float = 20.0) -> str | None:
         """Wait for the request playing `key` to end; "complete", "cancelled" or None."""
@@ -76,6 +79,9 @@ class FakeEngine:
         return self.outcomes.get(key)
 
     # ------------------------------------------------------------ helpers
+
+    async def _health(self, request: Request) -> Response:
+        return Response(status_code=200 if self.healthy else 503)
 
     def _pick(self, prompt_ids: list[int]) -> tuple[str, Script]:
         text = self.decode(prompt_ids)
@@ -120,7 +126,7 @@ class FakeEngine:
                 ids = ids[: i + 1]
                 reason = "stop"
                 break
-        if max_tokens is not None and max_tokens < len(ids):
+        if max_tokens is not None and max_tokens < len(ids) and not script.ignore_max_tokens:
             ids, reason = ids[:max_tokens], "length"
         batches = [ids[i : i + script.batch] for i in range(0, len(ids), script.batch)] or [[]]
         return batches, reason

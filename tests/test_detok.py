@@ -518,3 +518,17 @@ def test_detokenizer_then_stop_checker_on_real_ids(name):
         assert sc.stop_reason == tok.single_token_id(end)
         assert Piece(call, (tok.single_token_id(call),), special=True) in out
         assert not any(i in tok.stop_token_ids for p in out for i in p.token_ids)
+
+
+def test_stop_matching_work_does_not_grow_with_the_number_of_stops():
+    # 10,000 stop strings sharing long prefixes with the text: a scan per stop string would do
+    # 10,000 searches per piece; the automaton takes at most two transitions per character.
+    stops = [f"aaaa{i:05d}" for i in range(10_000)] + ["ab" * 20 + "!"]
+    text = ("aaaa" + "ab" * 19 + "aaa0") * 300
+    sc = StopChecker(stop=stops)
+    out = feed_all(sc, [Piece(text[k : k + 3]) for k in range(0, len(text), 3)])
+    assert "".join(texts(out)) == text and not sc.stopped
+    assert sc._auto.steps <= 2 * len(text)
+    sc = StopChecker(stop=stops)
+    out = feed_all(sc, [Piece(c) for c in text[:50] + "aaaa01234 tail"])
+    assert "".join(texts(out)) == text[:50] and sc.stop_reason == "aaaa01234"

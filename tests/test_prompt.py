@@ -13,10 +13,12 @@ import pytest
 import transformers
 from models import chat_tokenizer, model_path
 
+from chatsieve.messages import normalize_messages
 from chatsieve.prompt import (
     GEMMA4_EMPTY_THOUGHT,
     Prompt,
     PromptError,
+    _wants_argument_objects,
     render_main,
     render_prompt,
     render_text,
@@ -161,7 +163,10 @@ def test_matches_transformers(rel, request):
     for variant in VARIANTS:
         conv = conversation(*variant)
         extra = {} if family else TEXT_ONLY_TOKENS
-        ref_text = _reference(hf, conv, tpl, tokenize=False, **extra)
+        # What chatsieve documents: transformers' rendering of the normalised conversation (text
+        # parts joined, null content as "", arguments as objects for templates that need them).
+        normal = normalize_messages(conv, arguments_as_objects=_wants_argument_objects(tpl))
+        ref_text = _reference(hf, normal, tpl, tokenize=False, **extra)
         if isinstance(ref_text, Exception):
             with pytest.raises(PromptError):
                 render_text(
@@ -172,7 +177,7 @@ def test_matches_transformers(rel, request):
         if family is None:
             assert render_text(conv, template=tpl, tools=TOOLS, **extra) == ref_text
             continue
-        ref_ids = _reference(hf, conv, tpl, tokenize=True)
+        ref_ids = _reference(hf, normal, tpl, tokenize=True)
         for isolate in (False, True):  # no delimiter in this content: isolation changes nothing
             p = render_prompt(
                 conv, tokenizer=tokenizer(family), template=tpl, tools=TOOLS, isolate_markers=isolate
@@ -283,13 +288,17 @@ def test_mutating_templates_render_in_the_mutable_sandbox():
 
 
 def test_messages_are_normalised_like_transformers():
-    # None values are dropped; reasoning fields are aliased
+    # None values are dropped, except content, which becomes "" (OpenAI sends content: null beside
+    # tool_calls, and templates read message.content); reasoning fields are aliased
     tpl = (
         "{{ messages[0].content is defined }}|{{ messages[0].thinking }}|{{ messages[0].reasoning_content }}"
+        "|{{ messages[0].refusal is defined }}"
     )
-    msgs = [{"role": "assistant", "content": None, "reasoning": "r"}]
-    ref = hf_tokenizer("qwen3").apply_chat_template(msgs, chat_template=tpl, tokenize=False)
-    assert _text(tpl, msgs, add_generation_prompt=False) == ref == "False|r|r"
+    msgs = [{"role": "assistant", "content": None, "reasoning": "r", "refusal": None}]
+    ref = hf_tokenizer("qwen3").apply_chat_template(
+        [{**msgs[0], "content": ""}], chat_template=tpl, tokenize=False
+    )
+    assert _text(tpl, msgs, add_generation_prompt=False) == ref == "True|r|r|False"
 
 
 def test_errors_are_prompt_errors():

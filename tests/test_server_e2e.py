@@ -602,10 +602,11 @@ def test_backend_down_is_502_or_an_error_event(down_server):
     with pytest.raises(openai.APIStatusError) as info:
         c.chat.completions.create(model=MODEL, messages=user("[q:answer]"))
     assert info.value.status_code == 502
-    assert "cannot reach" in info.value.message
+    # generic, with the request id; the engine's address stays in the server log
+    assert "request id req-" in info.value.message and "127.0.0.1" not in info.value.message
     assert info.value.body["code"] == "backend_error"
     stream = c.chat.completions.create(model=MODEL, messages=user("[q:answer]"), stream=True)
-    with pytest.raises(openai.APIError, match="cannot reach"):
+    with pytest.raises(openai.APIError, match="inference engine failed"):
         for _ in stream:
             pass
 
@@ -624,10 +625,10 @@ def test_engine_failure_is_502_or_an_error_event(qwen_servers, kind, case):
 
 def test_stalled_engine_times_out_instead_of_hanging(impatient_server):
     c = client(impatient_server)
-    with pytest.raises(openai.APIStatusError, match="timed out") as info:
+    with pytest.raises(openai.APIStatusError, match="inference engine failed") as info:
         c.chat.completions.create(model=MODEL, messages=user("[q:stall]"))
     assert info.value.status_code == 502
-    with pytest.raises(openai.APIError, match="timed out"):
+    with pytest.raises(openai.APIError, match="inference engine failed"):
         for _ in c.chat.completions.create(model=MODEL, messages=user("[q:stall]"), stream=True):
             pass
 
@@ -658,7 +659,8 @@ def test_error_event_stream_ends_with_done(qwen_servers):
         data = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
     assert data[-1] == "[DONE]"
     err = json.loads(data[-2])["error"]
-    assert err["code"] == "backend_error" and "CUDA out of memory" in err["message"]
+    assert err["code"] == "backend_error" and "request id req-" in err["message"]
+    assert "CUDA" not in err["message"]  # the engine's own words go to the log only
 
 
 @pytest.mark.parametrize(
@@ -701,7 +703,12 @@ def test_openai_client_sees_400_and_404(qwen_servers):
 
 def test_invalid_json_and_unknown_route(qwen_servers):
     url = qwen_servers["vllm"]
-    r = httpx.post(url + "/v1/chat/completions", content=b"{not json", timeout=30)
+    r = httpx.post(
+        url + "/v1/chat/completions",
+        content=b"{not json",
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
     r = httpx.get(url + "/v1/nothing", timeout=30)
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
@@ -745,7 +752,7 @@ def test_models_and_health(qwen_servers):
     with pytest.raises(openai.NotFoundError):
         client(qwen_servers["vllm"]).models.retrieve("other")
     r = httpx.get(qwen_servers["vllm"] + "/health", timeout=30)
-    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    assert r.status_code == 200 and r.json() == {"status": "ok", "engine": "up"}
 
 
 def test_client_disconnect_cancels_the_engine_request(qwen_servers, qwen_engine):
@@ -780,7 +787,7 @@ def test_disconnect_during_a_whole_response_cancels_the_engine_request(qwen_serv
 
 
 def test_engine_refusing_the_request_is_400(qwen_servers):
-    with pytest.raises(openai.BadRequestError, match="maximum context length") as info:
+    with pytest.raises(openai.BadRequestError, match="engine refused this request") as info:
         client(qwen_servers["vllm"]).chat.completions.create(model=MODEL, messages=user("[q:reject]"))
     assert info.value.body["code"] == "backend_rejected"
 

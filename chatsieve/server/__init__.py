@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 KINDS = ("vllm", "sglang", "llamacpp")
@@ -38,13 +39,114 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-connections", type=int, default=1024, help="pooled connections to the engine")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+    access = p.add_argument_group("access control")
+    access.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a key clients send as 'Authorization: Bearer KEY' (repeat for several; also "
+        "CHATSIEVE_API_KEY, comma-separated); every route but /health then needs one",
+    )
+    access.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="bind a non-loopback --host without an API key (behind a proxy that authenticates)",
+    )
+    access.add_argument(
+        "--allowed-hosts",
+        default=None,
+        metavar="H1,H2",
+        help="Host header names accepted ('*': any); default: the loopback names and --host, "
+        "or any when --host is 0.0.0.0 or ::",
+    )
+    access.add_argument(
+        "--cors-origins",
+        default="",
+        metavar="O1,O2",
+        help="browser origins allowed to call the API, e.g. https://app.example ('*': any); default none",
+    )
+
+    limits = p.add_argument_group("limits")
+    limits.add_argument(
+        "--max-request-bytes", type=int, default=4 * 1024 * 1024, help="largest request body (4 MiB): 413"
+    )
+    limits.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        help="the model's context in tokens (default: config.json's max_position_embeddings, else the "
+        "tokenizer's model_max_length); longer prompts, or prompt plus max_tokens, are a 400",
+    )
+    limits.add_argument("--max-stop-strings", type=int, default=16, help="stop strings per request (16)")
+    limits.add_argument("--max-stop-length", type=int, default=256, help="characters per stop string (256)")
+    limits.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=512,
+        help="open client connections (512): beyond it requests get 503, and connections past "
+        "a small headroom are closed unread",
+    )
+    limits.add_argument(
+        "--timeout-header", type=float, default=10.0, help="seconds to send a request's headers (10)"
+    )
+    limits.add_argument("--timeout-body", type=float, default=30.0, help="seconds to send a request body (30)")
+    limits.add_argument(
+        "--timeout-keep-alive", type=float, default=5.0, help="seconds an idle connection is kept (5)"
+    )
+    limits.add_argument(
+        "--max-header-bytes", type=int, default=16 * 1024, help="largest request head, in bytes (16 KiB)"
+    )
     return p
 
 
-def config_from_args(args: argparse.Namespace):  # -> ServerConfig
-    from chatsieve.server.app import ServerConfig
+def _split(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
 
+
+def api_keys(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """--api-key values and CHATSIEVE_API_KEY's comma-separated keys."""
+    env = (os.environ if environ is None else environ).get("CHATSIEVE_API_KEY", "")
+    return tuple(dict.fromkeys([*args.api_key, *_split(env)]))
+
+
+def connection_headroom(limit_concurrency: int) -> int:
+    """Connections kept open beyond --limit-concurrency (those get uvicorn's 503) before new
+    ones are closed unread."""
+    return max(16, limit_concurrency // 8)
+
+
+def uvicorn_options(args: argparse.Namespace) -> dict:
+    """uvicorn.Config keywords bounding slow and idle clients (slowloris)."""
+    from chatsieve.server.security import guarded_h11
+
+    return {
+        "http": guarded_h11(
+            args.timeout_header, args.limit_concurrency + connection_headroom(args.limit_concurrency)
+        ),
+        "limit_concurrency": args.limit_concurrency,
+        "timeout_keep_alive": args.timeout_keep_alive,
+        "h11_max_incomplete_event_size": args.max_header_bytes,
+    }
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None):  # -> ServerConfig
+    from chatsieve.openai import RequestLimits
+    from chatsieve.server.app import ServerConfig
+    from chatsieve.server.security import SecurityPolicy, default_allowed_hosts
+
+    hosts = _split(args.allowed_hosts) if args.allowed_hosts is not None else default_allowed_hosts(args.host)
     return ServerConfig(
+        max_model_len=args.max_model_len,
+        limits=RequestLimits(max_stop_strings=args.max_stop_strings, max_stop_length=args.max_stop_length),
+        security=SecurityPolicy(
+            api_keys=api_keys(args, environ),
+            allowed_hosts=hosts,
+            max_body_bytes=args.max_request_bytes,
+            body_timeout=args.timeout_body,
+        ),
+        cors_origins=_split(args.cors_origins),
         model_dir=Path(args.model_dir),
         format=args.format,
         backend_url=args.backend,
@@ -68,6 +170,19 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         return fail(f"--model-dir {args.model_dir!r} is not a directory")
     if not args.backend.startswith(("http://", "https://")):
         return fail(f"--backend must be an http(s) URL, got {args.backend!r}")
+    from chatsieve.server.security import is_loopback
+
+    if not is_loopback(args.host) and not api_keys(args) and not args.allow_unauthenticated:
+        return fail(
+            f"--host {args.host} is reachable from other machines and no API key is set: give "
+            "--api-key (or CHATSIEVE_API_KEY), or --allow-unauthenticated if a proxy in front checks access"
+        )
+    for name in ("max_request_bytes", "max_stop_strings", "max_stop_length", "limit_concurrency",
+                 "max_header_bytes"):
+        if getattr(args, name) < 1:
+            return fail(f"--{name.replace('_', '-')} must be at least 1")
+    if args.max_model_len is not None and args.max_model_len < 2:
+        return fail("--max-model-len must be at least 2")
     try:
         import uvicorn
 
@@ -84,5 +199,5 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         return fail(f"cannot load the tokenizer from {args.model_dir}: {e}")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(args))
     return 0

@@ -7,6 +7,7 @@ request -> render_prompt (isolation on) -> prompt ids -> backend -> generated id
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import logging
@@ -22,6 +23,8 @@ from jinja2 import TemplateError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -34,16 +37,19 @@ from chatsieve.openai import (
     ChunkStream,
     CompletionCollector,
     RequestError,
+    RequestLimits,
     ToolCallFilter,
     chat_completion,
     error_body,
     finish_reason,
+    json_depth_message,
     parse_chat_request,
     sse,
     usage,
 )
-from chatsieve.prompt import PromptError
+from chatsieve.prompt import PromptError, PromptTooLong
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
+from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, SecurityPolicy
 
 log = logging.getLogger("chatsieve.server")
 
@@ -69,10 +75,35 @@ class ServerConfig:
     timeout: float = 600.0  # seconds without a byte from the engine before giving up
     max_connections: int = 1024
     warm_up: bool = True  # render one prompt at start-up so the first request does not pay for setup
+    max_model_len: int | None = None  # the context in tokens; None: from the model directory
+    limits: RequestLimits = RequestLimits()  # stop strings, JSON depth (max_model_len is filled in)
+    security: SecurityPolicy = SecurityPolicy()  # API keys, Host allow-list, body size and time
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none by default)
 
     @property
     def model_name(self) -> str:
         return self.served_model_name or Path(self.model_dir).resolve().name
+
+
+# Where model directories state their context length (config.json; text_config for multimodal).
+_CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions", "n_ctx")
+
+
+def model_context_length(model_dir: Path, tokenizer: Any) -> int | None:
+    """The model's context in tokens: config.json's max_position_embeddings (or kin), else the
+    tokenizer's model_max_length; None if neither says."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    for section in (config, config.get("text_config") if isinstance(config, dict) else None):
+        if isinstance(section, dict):
+            for key in _CONTEXT_KEYS:
+                value = section.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+    value = getattr(tokenizer, "model_max_length", None)
+    return value if isinstance(value, int) and value > 0 else None
 
 
 class ChatService:
@@ -88,6 +119,13 @@ class ChatService:
         self.created = int(time.time())
         self.client: httpx.AsyncClient | None = None
         self.backend: Backend | None = None
+        self.max_model_len = config.max_model_len or model_context_length(config.model_dir, self.tokenizer)
+        if self.max_model_len is None:
+            log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
+        self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
+        self.vocab_size = self.tokenizer.hf.get_vocab_size(with_added_tokens=True)
+        self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
+        self._probe_lock = anyio.Lock()
 
     async def start(self) -> None:
         timeout = httpx.Timeout(connect=10.0, read=self.config.timeout, write=30.0, pool=self.config.timeout)
@@ -109,6 +147,22 @@ class ChatService:
     async def stop(self) -> None:
         if self.client is not None:
             await self.client.aclose()
+
+    async def engine_reachable(self) -> bool:
+        """Whether the engine answers its /health with 200 (checked at most once a second)."""
+        async with self._probe_lock:  # concurrent health checks share one probe
+            checked, up = self._engine_state
+            if time.monotonic() - checked < 1.0:
+                return up
+            up = False
+            if self.client is not None:
+                url = self.config.backend_url.rstrip("/") + "/health"
+                try:
+                    up = (await self.client.get(url, timeout=2.0)).status_code == 200
+                except httpx.HTTPError as e:
+                    log.info("engine health check failed: %s", e or type(e).__name__)
+            self._engine_state = (time.monotonic(), up)
+            return up
 
     def _warm_up(self) -> None:
         """Render a prompt whose content holds a delimiter: isolation builds (and caches) its
@@ -136,12 +190,29 @@ class ChatService:
                 f"chat_template_kwargs may not set {', '.join(bad)}", param="chat_template_kwargs"
             )
         tools = req.prompt_tools
+        context = self.max_model_len
+        # room for the answer: max_tokens if given, else at least one token
+        limit = None if context is None else context - (req.max_tokens or 1)
         try:
             prompt = await run_in_threadpool(
                 lambda: render_prompt(
-                    req.messages, tokenizer=self.tokenizer, tools=tools, format=self.config.format, **kwargs
+                    req.messages,
+                    tokenizer=self.tokenizer,
+                    tools=tools,
+                    format=self.config.format,
+                    token_limit=limit,
+                    **kwargs,
                 )
             )
+        except PromptTooLong as e:
+            asked = f" plus max_tokens {req.max_tokens}" if req.max_tokens else ""
+            raise RequestError(
+                f"this model's context is {context} tokens; the prompt has "
+                f"{'' if e.exact else 'at least '}{e.tokens} tokens{asked}: shorten the messages"
+                + (" or lower max_tokens" if req.max_tokens else ""),
+                param="messages",
+                code="context_length_exceeded",
+            ) from None
         except PromptError as e:
             raise RequestError(
                 f"cannot build the prompt: {e}", param="messages", code="prompt_error"
@@ -172,7 +243,11 @@ class ChatService:
             top_logprobs=req.top_logprobs if req.logprobs else None,
         )
         assert self.backend is not None, "ChatService.start() was not awaited"
-        return Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))
+        gen = Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))
+        # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
+        gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
+        gen.vocab_size = self.vocab_size
+        return gen
 
 
 class Generation:
@@ -192,6 +267,9 @@ class Generation:
         self.calls = calls
         self.prompt_tokens = prompt_tokens
         self.completion_tokens = 0
+        self.max_tokens: int | None = None  # cut locally at this many tokens (finish "length")
+        self.vocab_size: int | None = None  # ids at or above it are an engine fault
+        self.request_id = ""
 
     async def events(self) -> AsyncIterator[list[Event]]:
         """Filtered event lists as the engine produces ids; BackendError if the engine fails."""
@@ -199,16 +277,28 @@ class Generation:
         stream = self.backend.generate(self.request)
         try:
             async for batch in stream:
-                self.completion_tokens += len(batch.token_ids)
-                if batch.token_ids:
+                ids, lps, over = batch.token_ids, batch.logprobs, False
+                if self.max_tokens is not None and self.completion_tokens + len(ids) > self.max_tokens:
+                    keep = max(self.max_tokens - self.completion_tokens, 0)
+                    ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
+                if ids and self.vocab_size is not None and (min(ids) < 0 or max(ids) >= self.vocab_size):
+                    bad = next(i for i in ids if not 0 <= i < self.vocab_size)
+                    raise BackendError(
+                        f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
+                        f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
+                    )
+                self.completion_tokens += len(ids)
+                if ids:
                     events = self.parser.feed(
-                        token_ids=list(batch.token_ids),
-                        logprobs=list(batch.logprobs) if batch.logprobs is not None else None,
+                        token_ids=list(ids), logprobs=list(lps) if lps is not None else None
                     )
                     if events:
                         yield self.calls.apply(events)
                 if batch.finish_reason:
                     engine_finish = batch.finish_reason
+                if over:
+                    engine_finish = "length"  # the engine went past max_tokens: cut here
+                    break
                 if self.parser.stopped:
                     break  # a local stop: closing the stream cancels the engine request
         finally:
@@ -235,8 +325,24 @@ def error_response(e: RequestError) -> JSONResponse:
     return JSONResponse(e.to_dict(), status_code=e.status)
 
 
-def backend_error_body(e: BackendError) -> dict:
-    return error_body(str(e), type="server_error", code="backend_error")
+def backend_error_body(e: BackendError, request_id: str = "") -> dict:
+    """What a client learns of an engine failure: that it happened, and the request id under
+    which the log has the details (which may name internal URLs and paths)."""
+    return error_body(
+        f"the inference engine failed on this request; the server log has the details under "
+        f"request id {request_id or 'unknown'}",
+        type="server_error",
+        code="backend_error",
+    )
+
+
+def backend_rejected_body(e: BackendError, request_id: str = "") -> dict:
+    return error_body(
+        f"the inference engine refused this request (HTTP {e.status}); the server log has the "
+        f"reason under request id {request_id or 'unknown'}",
+        param="messages",
+        code="backend_rejected",
+    )
 
 
 class EventStreamResponse(Response):
@@ -309,13 +415,18 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     service = ChatService(config, tokenizer)
 
     async def chat_completions(request: Request) -> Response:
+        rid = request.scope.get(REQUEST_ID_KEY, "")
         raw = await request.body()
         try:
             body = json.loads(raw)
         except ValueError as e:
             return error_response(RequestError(f"the request body is not valid JSON: {e}"))
+        except RecursionError:
+            message = json_depth_message(service.limits.max_json_depth)
+            log.info("%s refused: %s", rid, message)
+            return error_response(RequestError(message, code="too_deeply_nested"))
         try:
-            req = parse_chat_request(body)
+            req = parse_chat_request(body, service.limits)
             if req.model is not None and req.model != service.model:
                 raise RequestError(
                     f"the model {req.model!r} does not exist; this server serves {service.model!r}",
@@ -324,11 +435,16 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
                     status=404,
                 )
             gen = await service.prepare(req)
+            gen.request_id = rid
         except RequestError as e:
+            if e.code == "too_deeply_nested":
+                log.info("%s refused: %s", rid, e.message)
             return error_response(e)
         except Exception:
-            log.exception("failed to prepare a request")
-            return JSONResponse(error_body("internal error preparing the request", type="server_error"), 500)
+            log.exception("%s failed to prepare the request", rid)
+            return JSONResponse(
+                error_body(f"internal error preparing the request (request id {rid})", type="server_error"), 500
+            )
         if req.stream:
             return EventStreamResponse(_stream(gen, req, service.model, service.token_bytes))
         return await _until_disconnect(
@@ -358,7 +474,22 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         )
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        # Liveness: this process answers (200) whatever the engine's state, which it reports.
+        up = await service.engine_reachable()
+        return JSONResponse({"status": "ok" if up else "degraded", "engine": "up" if up else "down"})
+
+    async def ready(request: Request) -> Response:
+        # Readiness: 503 while the engine is unreachable, so a load balancer sends no traffic.
+        up = await service.engine_reachable()
+        return JSONResponse(
+            {"status": "ready" if up else "not_ready", "engine": "up" if up else "down"},
+            status_code=200 if up else 503,
+        )
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        rid = request.scope.get(REQUEST_ID_KEY, "")
+        log.error("%s unexpected %s: %s", rid, type(exc).__name__, exc)
+        return JSONResponse(error_body(f"internal error (request id {rid})", type="server_error"), 500)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -379,12 +510,32 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/models/{model:path}", model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
+            Route("/ready", ready, methods=["GET"]),
         ],
-        exception_handlers={HTTPException: http_error},
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+        middleware=_middleware(config),
         lifespan=lifespan,
     )
     app.state.service = service
     return app
+
+
+def _middleware(config: ServerConfig) -> list[Middleware]:
+    """CORS (only for the --cors-origins given) outside the access checks: a browser's preflight
+    carries no API key."""
+    stack = []
+    if config.cors_origins:
+        stack.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["authorization", "content-type"],
+                expose_headers=["x-request-id"],
+            )
+        )
+    stack.append(Middleware(SecurityMiddleware, policy=config.security))
+    return stack
 
 
 async def _complete(
@@ -395,15 +546,16 @@ async def _complete(
         async for events in gen.events():
             collector.apply(events)
     except BackendError as e:
-        log.warning("backend failed: %s", e)
+        log.warning("%s backend failed: %s", gen.request_id, e)
         if e.status in (400, 413, 422):
-            return JSONResponse(
-                error_body(str(e), param="messages", code="backend_rejected"), status_code=400
-            )
-        return JSONResponse(backend_error_body(e), status_code=502)
+            return JSONResponse(backend_rejected_body(e, gen.request_id), status_code=400)
+        return JSONResponse(backend_error_body(e, gen.request_id), status_code=502)
     except Exception:
-        log.exception("generation failed")
-        return JSONResponse(error_body("internal error during generation", type="server_error"), 500)
+        log.exception("%s generation failed", gen.request_id)
+        return JSONResponse(
+            error_body(f"internal error during generation (request id {gen.request_id})", type="server_error"),
+            500,
+        )
     return JSONResponse(
         chat_completion(
             collector.message,
@@ -436,13 +588,15 @@ async def _stream(
             for chunk in chunks.events(batch):
                 yield sse(chunk)
     except BackendError as e:
-        log.warning("backend failed mid-stream: %s", e)
-        yield sse(backend_error_body(e))
+        log.warning("%s backend failed mid-stream: %s", gen.request_id, e)
+        yield sse(backend_error_body(e, gen.request_id))
         yield sse("[DONE]")
         return
     except Exception:
-        log.exception("generation failed mid-stream")
-        yield sse(error_body("internal error during generation", type="server_error"))
+        log.exception("%s generation failed mid-stream", gen.request_id)
+        yield sse(
+            error_body(f"internal error during generation (request id {gen.request_id})", type="server_error")
+        )
         yield sse("[DONE]")
         return
     finally:

@@ -1,0 +1,252 @@
+"""Access control for `chatsieve serve`: an ASGI middleware in front of the app.
+
+Per request, in order: a request id (`X-Request-Id`), the `Host` allow-list (DNS rebinding),
+the API key (constant-time, every route but the open ones), `application/json` for bodies
+(CSRF from browsers), and the body size and read time (read here, replayed to the app).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("chatsieve.server")
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+REQUEST_ID_KEY = "chatsieve.request_id"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps the server on this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def default_allowed_hosts(bind_host: str) -> tuple[str, ...] | None:
+    """The Host names accepted by default: the loopback names (and the bound name), or any
+    (None) when bound to every interface, where the public name is not known."""
+    if bind_host in ("0.0.0.0", "::", ""):
+        return None
+    return tuple(dict.fromkeys((*LOOPBACK_HOSTS, bind_host.strip("[]").lower())))
+
+
+@dataclass(frozen=True)
+class SecurityPolicy:
+    api_keys: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS  # None or "*": any Host
+    max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout: float = 30.0  # seconds to receive a whole body
+    open_paths: frozenset[str] = frozenset({"/health"})  # no API key needed
+
+
+def error(message: str, code: str, type: str = "invalid_request_error") -> bytes:
+    return json.dumps({"error": {"message": message, "type": type, "param": None, "code": code}}).encode()
+
+
+class SecurityMiddleware:
+    """Checks each HTTP request against a `SecurityPolicy` before the app sees it."""
+
+    def __init__(self, app: ASGIApp, policy: SecurityPolicy) -> None:
+        self.app = app
+        self.policy = policy
+        # Keys are compared as digests: the comparison takes the same time whatever the key's
+        # length or the number of matching leading characters.
+        self._keys = tuple(hashlib.sha256(k.encode()).digest() for k in policy.api_keys)
+        hosts = policy.allowed_hosts
+        self._hosts = None if hosts is None or "*" in hosts else frozenset(h.lower() for h in hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req-{uuid.uuid4().hex[:20]}"
+        scope[REQUEST_ID_KEY] = request_id
+        rid = (b"x-request-id", request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), rid]}
+            await send(message)
+
+        headers = _headers(scope)
+        refusal = self._refuse(scope, headers)
+        if refusal is not None:
+            status, body, extra = refusal
+            log.info("%s %s %s refused: %d %s", request_id, scope["method"], scope["path"], status,
+                     json.loads(body)["error"]["code"])
+            await _respond(send_with_id, status, body, extra)
+            return
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            try:
+                with anyio.fail_after(self.policy.body_timeout):
+                    body = await _read_body(receive, self.policy.max_body_bytes)
+            except _TooLarge:
+                log.info("%s request body over %d bytes: 413", request_id, self.policy.max_body_bytes)
+                await _respond(send_with_id, 413, error(
+                    f"the request body is larger than {self.policy.max_body_bytes} bytes",
+                    "request_too_large"), [(b"connection", b"close")])
+                return
+            except TimeoutError:
+                log.info("%s request body not received within %gs: 408", request_id, self.policy.body_timeout)
+                await _respond(send_with_id, 408, error(
+                    f"the request body did not arrive within {self.policy.body_timeout:g} seconds",
+                    "request_timeout"), [(b"connection", b"close")])
+                return
+            if body is None:
+                return  # the client went away
+            receive = _replay(body, receive)
+        await self.app(scope, receive, send_with_id)
+
+    def _refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, bytes, list] | None:
+        if self._hosts is not None:
+            host = _hostname(headers.get(b"host", b"").decode("latin-1"))
+            if host not in self._hosts:
+                return 400, error(
+                    f"the Host {host!r} is not one this server answers to (--allowed-hosts)",
+                    "host_not_allowed"), []
+        if self._keys and scope["path"] not in self.policy.open_paths:
+            if not self._key_ok(headers.get(b"authorization", b"")):
+                return 401, error(
+                    "invalid or missing API key: send the header 'Authorization: Bearer <key>'",
+                    "invalid_api_key"), [(b"www-authenticate", b"Bearer")]
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if kind != b"application/json":
+                return 415, error(
+                    "the request body must be JSON, sent with 'Content-Type: application/json'",
+                    "unsupported_media_type"), []
+            length = headers.get(b"content-length")
+            if length is not None and length.strip().isdigit() and int(length) > self.policy.max_body_bytes:
+                return 413, error(
+                    f"the request body is larger than {self.policy.max_body_bytes} bytes",
+                    "request_too_large"), [(b"connection", b"close")]
+        return None
+
+    def _key_ok(self, header: bytes) -> bool:
+        scheme, _, token = header.decode("latin-1").partition(" ")
+        given = hashlib.sha256(token.strip().encode("latin-1")).digest()
+        ok = False
+        for key in self._keys:  # no early exit: every key is compared
+            ok |= hmac.compare_digest(given, key)
+        return ok and scheme.lower() == "bearer"
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    out: dict[bytes, bytes] = {}
+    for k, v in scope.get("headers", ()):
+        out.setdefault(k.lower(), v)  # the first of repeated headers
+    return out
+
+
+def _hostname(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):  # [::1]:8000
+        return host[1 : host.find("]")] if "]" in host else host
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # then the real channel: a disconnect still reaches the app
+
+    return replay
+
+
+async def _respond(send: Send, status: int, body: bytes, extra: Iterable[tuple[bytes, bytes]]) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+# ---------------------------------------------------------------- slow clients
+
+
+def guarded_h11(header_timeout: float, max_connections: int) -> type:
+    """uvicorn's h11 protocol, bounded against slow or idle clients (slowloris):
+
+    - a connection beyond `max_connections` open ones is closed at once, unread, so half-open
+      connections cannot use up the process's file descriptors;
+    - a request's headers must arrive within `header_timeout` seconds of its first byte (of the
+      connection, for the first request), or the connection is closed.
+    Idle keep-alive connections are closed by uvicorn's own timeout_keep_alive.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _header_timer: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                log.warning("%d connections open: closing a new one (--limit-concurrency)", len(self.connections))
+                transport.abort()
+                return
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._header_timer is None and self.conn.their_state is h11.IDLE:
+                self._arm()  # the next request on a kept-alive connection has begun
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()  # its headers are complete
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._header_timer = self.loop.call_later(header_timeout, self._headers_too_slow)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_too_slow(self) -> None:
+            self._header_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return GuardedH11Protocol

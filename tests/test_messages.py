@@ -1,0 +1,84 @@
+"""Message normalisation (chatsieve.messages): every OpenAI message shape reaches the template."""
+
+from __future__ import annotations
+
+import pytest
+from models import chat_tokenizer, model_path
+
+from chatsieve.messages import MessageError, normalize_messages
+from chatsieve.openai import RequestError, parse_chat_request
+from chatsieve.prompt import PromptError, render_prompt
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+
+
+def test_openai_shapes_become_template_shapes():
+    got = normalize_messages(
+        [
+            {"role": "developer", "content": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}]},
+            {"role": "user", "name": "ann", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [CALL], "refusal": None},
+            {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "18C"}]},
+            {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}},
+            {"role": "function", "name": "f", "content": "done"},
+        ]
+    )
+    assert got == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "name": "ann", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"id": "call_4", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "name": "f", "content": "done"},
+    ]
+    objects = normalize_messages([{"role": "assistant", "tool_calls": [CALL]}], arguments_as_objects=True)
+    assert objects[0]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
+
+
+@pytest.mark.parametrize(
+    "message,param",
+    [
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, "messages[0].content[0]"),
+        ({"role": "user", "content": [{"type": "text"}]}, "messages[0].content[0]"),
+        ({"role": "user", "content": 3}, "messages[0].content"),
+        ({"role": "user", "content": "x", "name": 3}, "messages[0].name"),
+        ({"role": "assistant", "tool_calls": [{"function": {}}]}, "messages[0].tool_calls[0]"),
+        ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 3}}]},
+         "messages[0].tool_calls[0].function.arguments"),
+    ],
+)
+def test_unsupported_shapes_are_refused_never_dropped(message, param):
+    with pytest.raises(MessageError) as info:
+        normalize_messages([message])
+    assert info.value.param == param
+    with pytest.raises(RequestError) as info:
+        parse_chat_request({"messages": [message]})
+    assert info.value.param == param and info.value.status == 400
+    with pytest.raises(PromptError):
+        render_prompt([message], tokenizer=chat_tokenizer("qwen3"), format="qwen3")
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "developer", "content": "RULES-7"}],
+        [{"role": "user", "content": "q"}, {"role": "function", "name": "lookup", "content": "RULES-7"}],
+    ],
+    ids=["developer-only", "function-role"],
+)
+@pytest.mark.parametrize("template", ["qwen3/chat_template.jinja", "llama3/chat_template.llama-3.2.jinja",
+                                      "deepseek/chat_template.v3.2.jinja"])
+def test_developer_and_function_roles_are_rendered(messages, template):
+    tok = chat_tokenizer("qwen3")
+    prompt = render_prompt(messages, tokenizer=tok, template=model_path(template), format="qwen3")
+    assert "RULES-7" in prompt.text
+
+
+def test_server_request_keeps_the_normalised_messages():
+    req = parse_chat_request(
+        {"messages": [{"role": "developer", "content": [{"type": "text", "text": "x"}]},
+                      {"role": "assistant", "content": None, "tool_calls": [CALL]}]}
+    )
+    assert req.messages == [{"role": "system", "content": "x"},
+                            {"role": "assistant", "content": "", "tool_calls": [CALL]}]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import openai
 import pytest
 from fake_engines import FakeEngine, Script, ServerThread
-from models import chat_tokenizer, gemma4_tokenizer, kimi_k2_stand_in_tokenizer_json, model_path, tokenizer
+from models import chat_tokenizer, gemma4_tokenizer, model_path, tokenizer
 
 import chatsieve
 from chatsieve.server.app import ServerConfig, create_app
@@ -117,13 +117,11 @@ FAMILIES = {
 
 
 def _tokenizer(family: Family):
-    """The family's real tokenizer (a stand-in for Kimi, see tests/models.py) with its template."""
+    """The family's real tokenizer with its template."""
     if family.tokenizer == "glm":
         base = chatsieve.load_tokenizer(model_path("glm/glm-5"))
-    elif family.tokenizer == "kimi_k2":
-        from tokenizers import Tokenizer
-
-        base = chatsieve.load_tokenizer(Tokenizer.from_str(kimi_k2_stand_in_tokenizer_json()))
+    elif family.tokenizer == "kimi_k2":  # the real tiktoken vocabulary, converted at load
+        base = tokenizer("kimi_k2")
     elif family.tokenizer == "gemma4":
         base = gemma4_tokenizer()
     elif family.tokenizer in ("qwen3", "deepseek", "gpt-oss", "llama3"):

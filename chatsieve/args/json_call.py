@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from .base import CallContext, RegionCodec
+from .base import CallContext, RegionCodec, valid_function_name
 from .json import JsonScanner
 
 _WS = " \t\r\n"
@@ -161,6 +161,9 @@ class JsonCallCodec(RegionCodec):
             name = json.loads(self._parts_take())
             if not isinstance(name, str) or not name:
                 self._error = "the call's name is not a non-empty string"
+                return
+            if not valid_function_name(name, self.ctx.tools):
+                self._error = f"invalid function name {name[:64]!r}"
                 return
             if self._name is not None:
                 self._error = "two names in one call"

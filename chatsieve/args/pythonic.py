@@ -51,6 +51,8 @@ def python_number(lexeme: str) -> str | None:
         return None
     if JSON_NUMBER.fullmatch(s):
         return ("-" if negative else "") + s
+    if len(s) > 1 and s[0] == "0" and s.isdigit() and s.strip("0"):
+        return None  # `007`: Python has no such literal (never read as 7)
     try:
         value: int | float = int(s, 0)
     except ValueError:

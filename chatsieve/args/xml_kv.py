@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..tools import coerce_json, property_schema, schema_types
+from ..tools import JSON_NUMBER, coerce_json, json_text, property_schema, schema_types
 from .base import CallContext, Junk, RegionCodec, valid_function_name
 
 _WS = " \t\r\n"
@@ -98,11 +98,18 @@ def _dump(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
-def _dump_value(v: Any, raw: str) -> str:
+def _raw_json(raw: str) -> str | None:
+    """Raw text that is one JSON value, as compact JSON keeping its numbers as written;
+    None if it is not JSON."""
+    s = raw.strip(_WS)
+    if s[:1] in ("{", "["):
+        return json_text(s)
+    if JSON_NUMBER.fullmatch(s):
+        return s
     try:
-        return json.dumps(v, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (ValueError, RecursionError):  # NaN/Infinity, or nesting too deep: keep the text
-        return _dump(raw)
+        return json.dumps(json.loads(s), ensure_ascii=False, allow_nan=False)  # a string or literal
+    except ValueError:  # not JSON, or NaN/Infinity
+        return None
 
 
 def _esc(s: str) -> str:
@@ -442,13 +449,8 @@ class XmlKvCodec(RegionCodec):
         self._buf = []
         if self.syntax.trim_newline and raw.endswith("\n"):
             raw = raw[:-1]
-        if self._key_kind == "false":
-            try:
-                value = json.loads(raw)
-            except (ValueError, RecursionError):
-                self.args(coerce_json(raw, self._key_schema))
-            else:
-                self.args(coerce_json(raw, None) if isinstance(value, float) else _dump_value(value, raw))
+        if self._key_kind == "false":  # DSML `string="false"`: the value is JSON
+            self.args(_raw_json(raw) or coerce_json(raw, self._key_schema))
             return
         self.args(coerce_json(raw, self._key_schema))
 

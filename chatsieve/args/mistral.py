@@ -13,7 +13,7 @@ import re
 import secrets
 import string
 
-from .base import CallContext, RegionCodec
+from .base import CallContext, RegionCodec, valid_function_name
 from .json import JsonScanner
 from .llama3 import JsonCallSequence
 
@@ -65,6 +65,7 @@ class MistralCallCodec(RegionCodec):
             if st == LIST:
                 used = self._list.feed(text[i:])
                 self._pull()
+                self.give_back = self._list.give_back
                 return i + used
             if st == DONE:
                 return i
@@ -127,6 +128,7 @@ class MistralCallCodec(RegionCodec):
         if st == LIST:
             used = self._list.marker(marker)
             self._pull()
+            self.give_back = self._list.give_back
             return used
         if st == JSON and self._sc.in_string:
             self._sc.feed(marker)  # a control string inside a JSON string is text
@@ -154,6 +156,7 @@ class MistralCallCodec(RegionCodec):
         if st == LIST:
             self._list.close(truncated=truncated)
             self._pull()
+            self.give_back = self._list.give_back
         elif self._error is not None:
             self.fail(self._error)
         elif st in (NAME, AFTER_NAME, ID, ARGS_START, JSON):
@@ -169,6 +172,9 @@ class MistralCallCodec(RegionCodec):
     def _check_name(self) -> bool:
         if not self._name:
             self._err("a call with no function name")
+            return False
+        if not valid_function_name(self._name, self.ctx.tools):
+            self._err(f"invalid function name {self._name[:64]!r}")
             return False
         return True
 

@@ -35,7 +35,7 @@ GLM45 = FormatSpec(
     end=_END,
     strip=("<|assistant|>",),
     template="glm/chat_template.glm-4.6.jinja",
-    reasoning_doc="`<think>…</think>`, on by default; a call ends it",
+    reasoning_doc="`<think>…</think>`, on by default",
     calls_doc="`<tool_call>NAME\\n<arg_key>K</arg_key>\\n<arg_value>V</arg_value>\\n</tool_call>`",
     tokenizer_doc="",  # GLM-4.5/4.6's 151k vocabulary is not in shared/models
 )
@@ -48,7 +48,7 @@ GLM47 = dataclasses.replace(
     aliases=("glm-4.7", "glm4.7", "glm5", "glm-5"),
     thinking_starts_in_reasoning=True,
     template="glm/chat_template.glm-4.7-flash.jinja",
-    reasoning_doc="the prompt opens `<think>`; on by default; a call ends it",
+    reasoning_doc="the prompt opens `<think>`; on by default",
     calls_doc="`<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>`",
     tokenizer_doc="glm/glm-5",
 )

@@ -38,7 +38,7 @@ DEEPSEEK_V32 = FormatSpec(
     codec=xml_kv_codec("DsmlCallCodec", DSML_SYNTAX),
     end=("<｜end▁of▁sentence｜>",),
     template="deepseek/chat_template.v3.2.jinja",
-    reasoning_doc="`<think>…</think>`, off unless asked; a DSML block ends it",
+    reasoning_doc="`<think>…</think>`, off unless asked",
     calls_doc='`<｜DSML｜function_calls>` of `<｜DSML｜invoke name="F">` with '
     '`<｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>`',
     tokenizer_doc="deepseek",  # the R1-era vocabulary: no `｜DSML｜` token there

@@ -131,6 +131,7 @@ _TOKENIZER_DIRS = {
     "deepseek_v4": "deepseek/v4",
     "gpt-oss": "gpt-oss",
     "llama3": "llama3",
+    "gemma3": "gemma3",
 }
 
 

@@ -103,6 +103,7 @@ GEMMA3 = FormatSpec(
     "```` ```tool_code ```` fence; only for tools of the request",
     tokenizer_doc="`<end_of_turn>`, `<eos>`, `<start_of_turn>` (Gemma 3)",
     template="gemma3/tokenizer_config.json.xz",
+    call_syntax="pythonic",
 )
 
 SPECS = (GEMMA3,)

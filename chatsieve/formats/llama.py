@@ -19,6 +19,7 @@ LLAMA3_JSON = FormatSpec(
     end=("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|start_header_id|>"),
     strip=("<|begin_of_text|>", "<|end_header_id|>", "<|finetune_right_pad_id|>"),
     template="llama3/chat_template.llama-3.2.jinja",
+    call_syntax="llama3_json",
 )
 
 PYTHONIC = FormatSpec(
@@ -37,6 +38,7 @@ PYTHONIC = FormatSpec(
     ),
     strip=("<|python_end|>", "<|begin_of_text|>", "<|header_end|>", "<|end_header_id|>"),
     template=None,  # no Llama 4 template in shared/models
+    call_syntax="pythonic",
 )
 
 SPECS = (LLAMA3_JSON, PYTHONIC)

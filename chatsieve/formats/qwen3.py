@@ -22,6 +22,7 @@ QWEN3 = FormatSpec(
     end=("<|im_end|>", "<|endoftext|>", "<|im_start|>", "<tool_response>"),
     strip=("</tool_response>",),
     template="qwen3/chat_template.jinja",
+    call_syntax="tool_call_tags",
 )
 
 # Hermes 2 Pro / Qwen2.5: the same wire format, but no thinking unless asked.

@@ -37,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the engine's next byte (600)",
     )
     p.add_argument("--max-connections", type=int, default=1024, help="pooled connections to the engine")
+    p.add_argument(
+        "--gguf",
+        default=None,
+        metavar="PATH",
+        help="the engine's GGUF model file: refuse to start unless its vocabulary matches the tokenizer "
+        "(a local llama-server's model is found through its /props without this)",
+    )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -53,6 +60,7 @@ def config_from_args(args: argparse.Namespace):  # -> ServerConfig
         backend_model=args.backend_model,
         timeout=args.backend_timeout,
         max_connections=args.max_connections,
+        gguf=Path(args.gguf) if args.gguf else None,
     )
 
 

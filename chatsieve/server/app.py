@@ -29,6 +29,8 @@ from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.events import Event
+from chatsieve.grammar import GrammarError
+from chatsieve.grammar import plan as constraint_plan
 from chatsieve.openai import (
     ChatRequest,
     ChunkStream,
@@ -44,6 +46,7 @@ from chatsieve.openai import (
 )
 from chatsieve.prompt import PromptError
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
+from chatsieve.server.model_check import check_model, engine_model_path
 
 log = logging.getLogger("chatsieve.server")
 
@@ -69,6 +72,8 @@ class ServerConfig:
     timeout: float = 600.0  # seconds without a byte from the engine before giving up
     max_connections: int = 1024
     warm_up: bool = True  # render one prompt at start-up so the first request does not pay for setup
+    gguf: Path | None = None  # the engine's model file, checked against the tokenizer at start-up
+    check_engine_model: bool = True  # llamacpp: also check the GGUF the engine reports in /props
 
     @property
     def model_name(self) -> str:
@@ -103,8 +108,18 @@ class ChatService:
             self._token_text,
             model=self.config.backend_model,
         )
+        await self._check_model()
         if self.config.warm_up:
             await run_in_threadpool(self._warm_up)
+
+    async def _check_model(self) -> None:
+        """Refuse to serve (ModelMismatch) when the engine's model has another vocabulary."""
+        path = self.config.gguf
+        if path is None and self.config.check_engine_model and self.config.backend_kind == "llamacpp":
+            assert self.client is not None
+            path = await engine_model_path(self.client, self.config.backend_url)
+        if path is not None:
+            await run_in_threadpool(check_model, Path(path), self.tokenizer)
 
     async def stop(self) -> None:
         if self.client is not None:
@@ -153,6 +168,20 @@ class ChatService:
                 param="messages",
                 code="template_error",
             ) from None
+        try:
+            constraint = constraint_plan(
+                self.config.format,
+                engine=self.config.backend_kind,
+                tools=tools,
+                tool_choice=req.tool_choice.mode,
+                response_format=req.response_format,
+                token_id=self.tokenizer.single_token_id,
+                parallel=req.parallel_tool_calls,
+                thinking=req.thinking,
+            )
+        except GrammarError as e:
+            param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
+            raise RequestError(str(e), param=param, code="unsupported_constraint") from None
         parser = StreamParser(
             self.config.format,
             tools=tools,
@@ -170,6 +199,13 @@ class ChatService:
             seed=req.seed,
             stop_token_ids=self.stop_token_ids,
             top_logprobs=req.top_logprobs if req.logprobs else None,
+            top_k=req.top_k,
+            min_p=req.min_p,
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            repetition_penalty=req.repetition_penalty,
+            logit_bias=req.logit_bias,
+            constraint=constraint,
         )
         assert self.backend is not None, "ChatService.start() was not awaited"
         return Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))

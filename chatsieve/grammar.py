@@ -119,6 +119,14 @@ _PRIMITIVES = {
 }
 
 
+def _check_keywords(schema: Any, where: str) -> None:
+    if not isinstance(schema, Mapping):
+        raise GrammarError(f"{where}: a schema must be an object")
+    for key in _UNSUPPORTED:
+        if key in schema:
+            raise GrammarError(f"{where}: the JSON Schema keyword {key!r} cannot be enforced by a grammar here")
+
+
 class ValueGrammar:
     """JSON Schema -> GBNF for one value language."""
 
@@ -134,11 +142,7 @@ class ValueGrammar:
             return self._any()
         if schema is False:
             raise GrammarError(f"{where}: the schema 'false' allows no value")
-        if not isinstance(schema, Mapping):
-            raise GrammarError(f"{where}: a schema must be an object")
-        for key in _UNSUPPORTED:
-            if key in schema:
-                raise GrammarError(f"{where}: the JSON Schema keyword {key!r} cannot be enforced by a grammar here")
+        _check_keywords(schema, where)
         if "const" in schema:
             return self._constant(schema["const"], where)
         if "enum" in schema:
@@ -191,6 +195,7 @@ class ValueGrammar:
     ) -> str | None:
         """`k1<sep>v1, k2<sep>v2` for an object's declared properties (required ones always, in
         order; optional ones may be left out); None when the schema declares none."""
+        _check_keywords(schema, where)
         props = schema.get("properties")
         if props is None:
             return None
@@ -274,8 +279,10 @@ def _pythonic(ctx: _Ctx, tools: Mapping[str, dict], parallel: bool, rules: _Rule
         if not re.fullmatch(r"[A-Za-z_][\w.\-]*", name):
             raise GrammarError(f"the function name {name!r} cannot be written as a Python-style call")
         kwargs = values.members(params or {}, f"{name}-args", _kwarg, "=")
-        if kwargs is None:  # no declared properties: no arguments can be checked, so none
-            kwargs = '""'
+        if kwargs is None:  # no declared properties: any keyword arguments
+            kw = rules.add("keyword", "[A-Za-z_] [A-Za-z0-9_]{0,63}")
+            pair = f'{kw} "=" ws {values.value(True, "any")}'
+            kwargs = rules.add("any-kwargs", f'({pair} ("," ws {pair})*)?')
         calls.append(rules.add(f"call-{name}", f"{_lit(name + '(')} {kwargs} {_lit(')')}"))
     call = rules.add("call", " | ".join(calls))
     more = f' ("," ws {call})*' if parallel else ""
@@ -356,16 +363,16 @@ def call_grammar(
         raise GrammarError("tool_choice needs at least one tool to call")
 
     def token(marker: str) -> str:
+        if engine not in TOKEN_GRAMMAR_ENGINES:
+            raise GrammarError(
+                f"format {spec.name!r}: its calls open with the control token {marker!r}, which a {engine} "
+                "grammar cannot name; tool_choice can be enforced for it with the llamacpp backend"
+            )
         tid = token_id(marker) if token_id is not None else None
         if tid is None:
             raise GrammarError(
                 f"format {spec.name!r}: {marker!r} is not a single token of the served tokenizer, "
                 "so a grammar cannot force it"
-            )
-        if engine not in TOKEN_GRAMMAR_ENGINES:
-            raise GrammarError(
-                f"format {spec.name!r}: its calls open with the control token {marker!r}, which a {engine} "
-                "grammar cannot name; tool_choice can be enforced for it with the llamacpp backend"
             )
         return f"<[{tid}]>"
 

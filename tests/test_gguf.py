@@ -131,3 +131,14 @@ def test_the_real_gemma3_model_matches_only_its_own_tokenizer():
     check_vocab(path, models.tokenizer("gemma3"))  # agrees
     with pytest.raises(ModelMismatch, match="refusing to serve.*vocabulary size differs.*control token id 1"):
         check_model(path, models.tokenizer("qwen3"))
+
+
+def test_serve_refuses_a_gguf_that_does_not_match_the_tokenizer(capsys):
+    from chatsieve.server import serve_main
+
+    gguf = real_engine.gguf_path()
+    code = serve_main(["--model-dir", str(models.model_path("qwen3")), "--format", "qwen3",
+                       "--backend", "http://127.0.0.1:9", "--gguf", str(gguf)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("chatsieve serve: error: refusing to serve: the model ")
+    assert "vocabulary size differs: the GGUF has 262144 tokens, the tokenizer 151669" in err

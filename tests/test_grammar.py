@@ -372,3 +372,23 @@ def test_a_tool_without_declared_properties_takes_any_keyword_arguments():
     assert accepts(g, '[anything(a=1, b_2=[True, None], c={"k": "v"})]')
     assert accepts(g, "[anything()]")
     assert not accepts(g, "[anything(1)]")
+
+
+def test_the_server_answers_400_for_a_call_it_cannot_force(tmp_path):
+    from starlette.testclient import TestClient
+
+    from chatsieve.server.app import ServerConfig, create_app
+
+    tok = models.tokenizer("qwen3")
+    cfg = ServerConfig(model_dir=tmp_path, format="qwen3", backend_url="http://127.0.0.1:9", backend_kind="vllm",
+                       served_model_name="m", warm_up=False)  # fmt: skip
+    with TestClient(create_app(cfg, tokenizer=tok)) as http:
+        body = {"messages": [{"role": "user", "content": "hi"}], "tools": [NOW], "tool_choice": "required"}
+        r = http.post("/v1/chat/completions", json=body)
+        assert r.status_code == 400
+        err = r.json()["error"]
+        assert err["param"] == "tool_choice" and err["code"] == "unsupported_constraint"
+        assert "a vllm grammar cannot name" in err["message"]
+        body = {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}
+        r = http.post("/v1/chat/completions", json=body)  # qwen3 thinks by default
+        assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"

@@ -91,6 +91,13 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         app = create_app(config_from_args(args))
     except Exception as e:
         return fail(f"cannot load the tokenizer from {args.model_dir}: {e}")
+    if args.gguf:  # checked here too, so a mismatch is one clear line before uvicorn starts
+        from chatsieve.server.model_check import ModelMismatch, check_model
+
+        try:
+            check_model(Path(args.gguf), app.state.service.tokenizer)
+        except ModelMismatch as e:
+            return fail(str(e))
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -3,6 +3,12 @@
 One llama-server for the session (-np 4, fixed seed); greedy decoding throughout, tiny
 max_tokens. Expected texts come from the engine itself: its own /completion on the same
 prompt ids. Under CI (CHATSIEVE_REQUIRE_MODELS=1) a missing engine or model fails.
+
+llama.cpp's greedy output is exact only for the same batch shapes: a prompt found in a slot's
+cache re-evaluates just its last token, and those logits differ in the last bits from a full
+prompt pass; the 270M base model breaks near-ties differently then ("Name three colours."
+continues two ways). The prompts here were chosen because their first 16 greedy tokens are
+the same whatever the cache state.
 """
 
 from __future__ import annotations
@@ -26,7 +32,13 @@ from chatsieve.server.model_check import ModelMismatch
 
 MODEL = "gemma3-270m"
 SEA = [{"role": "user", "content": "Write two sentences about the sea."}]
-COLOURS = [{"role": "user", "content": "Name three colours."}]
+DAYS = [{"role": "user", "content": "Continue: Monday, Tuesday, Wednesday,"}]
+STEADY = [
+    SEA,
+    DAYS,
+    [{"role": "user", "content": "Continue the alphabet: A B C D"}],
+    [{"role": "user", "content": "Count from 20 to 30: 20, 21, 22,"}],
+]
 WEATHER = {
     "type": "function",
     "function": {
@@ -148,8 +160,8 @@ def visible(tok, data: dict) -> str:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_greedy_text_equals_the_engines_own_completion(engine, served, tok, stream):
-    want = direct(engine, tok, SEA, n_predict=24)
-    got = chat(served, stream=stream, messages=SEA, max_tokens=24)
+    want = direct(engine, tok, SEA, n_predict=16)
+    got = chat(served, stream=stream, messages=SEA, max_tokens=16)
     assert want["content"].strip() == visible(tok, want)  # the engine's own text agrees with its ids
     assert got["content"] == visible(tok, want) and got["content"]
     assert got["usage"] == (want["tokens_evaluated"], want["tokens_predicted"])  # usage = the engine's counts
@@ -157,9 +169,9 @@ def test_greedy_text_equals_the_engines_own_completion(engine, served, tok, stre
 
 
 def test_streaming_and_whole_give_the_same_message(served):
-    for messages in (SEA, COLOURS):
-        whole = chat(served, stream=False, messages=messages, max_tokens=20)
-        streamed = chat(served, stream=True, messages=messages, max_tokens=20)
+    for messages in (SEA, DAYS):
+        whole = chat(served, stream=False, messages=messages, max_tokens=16)
+        streamed = chat(served, stream=True, messages=messages, max_tokens=16)
         assert streamed == whole
 
 
@@ -169,19 +181,19 @@ def test_max_tokens_gives_length(served):
 
 
 def test_a_stop_string_cuts_and_cancels(engine, served, tok):
-    full = visible(tok, direct(engine, tok, SEA, n_predict=24))
+    full = visible(tok, direct(engine, tok, SEA, n_predict=16))
     words = full.split()
     stop = words[len(words) // 2]
     cut = full[: full.index(stop)].strip()
     for stream in (False, True):
-        got = chat(served, stream=stream, messages=SEA, max_tokens=24, stop=[stop])
+        got = chat(served, stream=stream, messages=SEA, max_tokens=16, stop=[stop])
         assert got["content"] == cut and got["finish"] == "stop"
-        assert got["usage"][1] < 24  # the engine was stopped early, not run to max_tokens
+        assert got["usage"][1] < 16  # the engine was stopped early, not run to max_tokens
 
 
 def test_logprobs_in_openais_shape(served):
     for stream in (False, True):
-        got = chat(served, stream=stream, messages=COLOURS, max_tokens=8, logprobs=True, top_logprobs=3)
+        got = chat(served, stream=stream, messages=DAYS, max_tokens=8, logprobs=True, top_logprobs=3)
         entries = got["logprobs"]
         assert len(entries) == got["usage"][1]
         for e in entries:
@@ -216,13 +228,13 @@ def test_a_client_that_disconnects_frees_the_engine_slot(engine, served):
 
 
 def test_eight_concurrent_streams_through_four_slots(engine, served, tok):
-    prompts = [SEA, COLOURS, *[[{"role": "user", "content": f"Count from {i} to {i + 3}."}] for i in range(6)]]
+    prompts = STEADY * 2
     results: dict[int, dict] = {}
     errors: list[BaseException] = []
 
     def run(i: int) -> None:
         try:
-            results[i] = chat(served, stream=True, messages=prompts[i], max_tokens=12)
+            results[i] = chat(served, stream=True, messages=prompts[i], max_tokens=12, logprobs=True, top_logprobs=1)
         except BaseException as e:  # reported below
             errors.append(e)
 
@@ -234,21 +246,34 @@ def test_eight_concurrent_streams_through_four_slots(engine, served, tok):
     assert not errors and len(results) == 8
     for i, messages in enumerate(prompts):
         got = results[i]
-        assert got["finish"] in ("stop", "length") and got["usage"][1] <= 12 and got["content"]
-        # the same text the engine gives for this prompt on its own
-        assert got["content"] == visible(tok, direct(engine, tok, messages, n_predict=12)), i
+        assert got["finish"] == "length" and got["usage"][1] == 12
+        # complete and its own: every token of this stream, and no other stream's
+        assert len(got["logprobs"]) == 12
+        assert "".join(e["token"] for e in got["logprobs"]).strip() == got["content"]
+        # correct: greedy at every step, and the engine's own answer for this prompt. Decoding
+        # four sequences in one batch shifts the logits' last bits, so where the two part ways
+        # the token taken must be a near-tie in the engine's answer alone (measured: "Continue:
+        # Monday, Tuesday, Wednesday," goes on " Monday" or " Tuesday", 0.1 nats apart).
+        assert all(e["top_logprobs"][0]["token"] == e["token"] for e in got["logprobs"])
+        alone = direct(engine, tok, messages, n_predict=12, n_probs=2)["completion_probabilities"]
+        for e, a in zip(got["logprobs"], alone):
+            if e["token"] == tok.decode([a["id"]]):
+                continue
+            alternatives = {tok.decode([t["id"]]): t["logprob"] for t in a["top_logprobs"]}
+            assert a["logprob"] - alternatives.get(e["token"], -99.0) < 0.5, (i, e["token"], a)
+            break
 
 
 # ---------------------------------------------------------------- sampling passthrough
 
 
 def test_sampling_fields_reach_the_engine(engine, served, tok):
-    greedy = chat(served, stream=False, messages=COLOURS, max_tokens=6)
+    greedy = chat(served, stream=False, messages=DAYS, max_tokens=6)
     # top_k 1 at temperature 1 is greedy again
-    assert chat(served, stream=False, messages=COLOURS, max_tokens=6, temperature=1.0, extra_body={"top_k": 1}) == greedy
+    assert chat(served, stream=False, messages=DAYS, max_tokens=6, temperature=1.0, extra_body={"top_k": 1}) == greedy
     # banning the greedy first token changes the answer's start
-    first = direct(engine, tok, COLOURS, n_predict=1)["tokens"][0]
-    banned = chat(served, stream=False, messages=COLOURS, max_tokens=6, logit_bias={str(first): -100})
+    first = direct(engine, tok, DAYS, n_predict=1)["tokens"][0]
+    banned = chat(served, stream=False, messages=DAYS, max_tokens=6, logit_bias={str(first): -100})
     assert banned["content"] != greedy["content"]
     # a fixed seed repeats a sampled answer
     sampled = [chat(served, stream=False, messages=SEA, max_tokens=8, temperature=1.0, seed=7) for _ in range(2)]
@@ -294,7 +319,7 @@ def test_response_format_json_schema(served, stream):
 
 
 def test_response_format_json_object(served):
-    messages = [{"role": "user", "content": "Give me a JSON object about Paris."}]
+    messages = [{"role": "user", "content": 'Give me a JSON object with the keys "city" and "country" for Paris.'}]
     got = chat(served, stream=False, messages=messages, response_format={"type": "json_object"}, max_tokens=60)
     assert got["finish"] == "stop", got
     assert isinstance(json.loads(got["content"]), dict)

@@ -325,6 +325,17 @@ def test_response_format_json_object(served):
     assert isinstance(json.loads(got["content"]), dict)
 
 
+@pytest.mark.parametrize("fmt", ["gemma3", "llama3_json", "qwen3"])
+def test_every_call_grammar_compiles_in_llama_cpp(engine, fmt):
+    # Gemma 3's vocabulary is larger than Qwen3's, so Qwen3's tag ids are valid token ids here
+    from chatsieve.grammar import call_grammar
+
+    tok = models.tokenizer("qwen3")
+    grammar = call_grammar(fmt, [WEATHER, TIME], token_id=tok.single_token_id, thinking=True)
+    r = httpx.post(engine.url + "/completion", json={"prompt": [2], "n_predict": 1, "grammar": grammar}, timeout=60)
+    assert r.status_code == 200, r.text
+
+
 def test_what_a_grammar_cannot_express_is_a_400(served):
     bad = {"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": {"pattern": "x+"}}}}}
     with pytest.raises(openai.BadRequestError) as info:

@@ -9,11 +9,13 @@ Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
   reaches ``content`` (its markup is not text) and is counted in the server log.
 - ``auto`` (the default): the request's tools are rendered into the prompt.
 - ``none``: no tools are rendered, so the model is offered none, and no call is returned.
-- ``required``: tools are rendered; chatsieve cannot force a call without constrained decoding,
-  so an answer without a call is returned as it is, with ``finish_reason`` ``stop`` (a client that
-  requires a call can see there is none).
-- named (``{"type": "function", "function": {"name": N}}``): only tool ``N`` is rendered, and only
-  calls to ``N`` are returned.
+- ``required``: tools are rendered, and the engine is given a grammar (chatsieve.grammar) that
+  forces at least one call, in the family's own syntax, whose arguments follow the tool's schema;
+  a family, engine or schema the grammar cannot express is refused with a 400.
+- named (``{"type": "function", "function": {"name": N}}``): only tool ``N`` is rendered, only
+  calls to ``N`` are returned, and the grammar forces exactly one call to ``N``.
+- ``response_format`` ``json_object`` / ``json_schema``: the engine constrains the reply to JSON
+  (to the schema); not with tool_choice ``required`` or named, where the call grammar wins.
 - ``parallel_tool_calls: false``: only the first returned call is kept; later ones are dropped.
 """
 
@@ -123,6 +125,14 @@ class ChatRequest:
     include_usage: bool = False
     chat_template_kwargs: dict = field(default_factory=dict)
     reasoning_effort: str | None = None
+    # passed to the engine (server/backends.py SAMPLING_FIELDS); enforced structure (grammar.py)
+    top_k: int | None = None  # 0 or -1: no top-k cut
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    response_format: dict | None = None
 
     @property
     def prompt_tools(self) -> list[dict] | None:
@@ -242,6 +252,8 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         raise RequestError("'model' must be a string", param="model")
 
     parallel = get.boolean("parallel_tool_calls")
+    response_format = _response_format(get.value("response_format"))
+    top_k = get.integer("top_k", minimum=-1)
     return ChatRequest(
         messages=messages,
         model=model,
@@ -259,6 +271,13 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         include_usage=include_usage and stream,
         chat_template_kwargs=dict(kwargs or {}),
         reasoning_effort=get.string("reasoning_effort"),
+        top_k=None if top_k is None else max(top_k, 0),
+        min_p=get.number("min_p", minimum=0.0, maximum=1.0),
+        presence_penalty=get.number("presence_penalty", minimum=-2.0, maximum=2.0),
+        frequency_penalty=get.number("frequency_penalty", minimum=-2.0, maximum=2.0),
+        repetition_penalty=get.number("repetition_penalty", minimum=0.01, maximum=10.0),
+        logit_bias=_logit_bias(get.value("logit_bias")),
+        response_format=response_format,
     )
 
 
@@ -277,6 +296,39 @@ def check_json_depth(value: Any, limit: int) -> None:
 
 def json_depth_message(limit: int) -> str:
     return f"the request body nests objects and arrays deeper than {limit} levels"
+def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """OpenAI's ``{"token id": bias}`` (bias in [-100, 100]) as sorted (id, bias) pairs."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise RequestError("'logit_bias' must be an object mapping token ids to biases", param="logit_bias")
+    pairs = []
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isdigit()):
+            raise RequestError(f"'logit_bias' keys must be token ids, got {key!r}", param="logit_bias")
+        if not isinstance(bias, int | float) or isinstance(bias, bool) or not -100 <= bias <= 100:
+            raise RequestError(f"'logit_bias' values must be numbers in [-100, 100], got {bias!r}", param="logit_bias")
+        pairs.append((int(key), float(bias)))
+    return tuple(sorted(pairs))
+
+
+def _response_format(value: Any) -> dict | None:
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in ("text", "json_object", "json_schema"):
+        raise RequestError(
+            "'response_format' must be {'type': 'text' | 'json_object' | 'json_schema', ...}",
+            param="response_format",
+        )
+    if kind == "json_schema":
+        wrapper = value.get("json_schema")
+        if not isinstance(wrapper, dict) or not isinstance(wrapper.get("schema", {}), dict):
+            raise RequestError(
+                "'response_format.json_schema' must be an object with a 'schema' object",
+                param="response_format.json_schema",
+            )
+    return None if kind == "text" else value
 
 
 class _Fields:

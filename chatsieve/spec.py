@@ -54,6 +54,7 @@ class FormatSpec:
     tokenizer_doc: str = ""  # the real tokenizer its token-mode fixtures use, e.g. "qwen3"
     template: str | None = None  # chat template in shared/models, for the README table
     engine: type | None = None  # an Engine subclass for grammars beyond the shared one
+    call_syntax: str | None = None  # chatsieve.grammar's builder that can force its calls
 
     @property
     def delimiters(self) -> tuple[str, ...]:

@@ -106,6 +106,7 @@ _TOKENIZER_DIRS = {
     "kimi_k2": "kimi-k2",  # tiktoken file, converted at load (chatsieve/tiktoken_bpe.py)
     "llama4": "llama4",  # tiktoken file
     "hunyuan": "hunyuan",  # tiktoken file
+    "gemma3": "gemma3",
 }
 
 

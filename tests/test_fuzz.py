@@ -18,6 +18,7 @@ WORDS = [
     "true", "12", "functions.f:0", "to=functions.f", "analysis", "final", "commentary", "json",
     "<function=f>", "<parameter=a>", "</parameter>", "</function>", "<arg_key>", "</arg_key>", "<arg_value>",
     "</arg_value>", "function", "```json\n", "\n```", "f(a=1)", "[ARGS]", "None", "'x'", ";",
+    "```tool_code\n", "```", "[f(a=1)]",
 ]  # fmt: skip
 TOOLS = [{"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -70,6 +71,7 @@ TOKEN_FAMILIES = [
     ("deepseek_v31", "deepseek"),
     ("kimi_k2", "kimi_k2"),
     ("gpt_oss", "gpt-oss"),
+    ("gemma3", "gemma3"),
 ]
 
 

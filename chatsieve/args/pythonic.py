@@ -65,6 +65,10 @@ def python_number(lexeme: str) -> str | None:
 
 
 class PythonicCallCodec(RegionCodec):
+    # Bare calls (`f(a=1)` without brackets) in a region opened by plain text: off, as a
+    # reply starting with a word is prose; a subclass whose opener is unambiguous allows them.
+    bare_calls_when_tentative = False
+
     def __init__(self, ctx: CallContext) -> None:
         super().__init__(ctx)
         self._st = LIST
@@ -150,7 +154,7 @@ class PythonicCallCodec(RegionCodec):
             if c == "[":
                 self._bracketed = True
                 self._st = CALL_OR_END
-            elif not self.ctx.tentative and (c.isalpha() or c == "_"):
+            elif (not self.ctx.tentative or self.bare_calls_when_tentative) and (c.isalpha() or c == "_"):
                 self._begin_run(NAME)
                 return i
             else:

@@ -22,6 +22,7 @@ LLAMA3_JSON = FormatSpec(
     calls_doc='optional `<|python_tag|>`, `{"name", "parameters"}` objects joined by `;`; a bare `{` '
     "reply is a call only for a known tool",
     tokenizer_doc="llama3",
+    call_syntax="llama3_json",
 )
 
 PYTHONIC = FormatSpec(
@@ -43,6 +44,7 @@ PYTHONIC = FormatSpec(
     calls_doc="`[f(a=1, b='x'), g()]`, optionally in `<|python_start|>…<|python_end|>`; literals to "
     "JSON, never `eval`",
     tokenizer_doc="llama4",
+    call_syntax="pythonic",
 )
 
 SPECS = (LLAMA3_JSON, PYTHONIC)

@@ -25,6 +25,7 @@ QWEN3 = FormatSpec(
     reasoning_doc="`<think>…</think>`, on by default (the prompt opens it)",
     calls_doc='`<tool_call>{"name", "arguments"}</tool_call>`',
     tokenizer_doc="qwen3",
+    call_syntax="tool_call_tags",
 )
 
 # Hermes 2 Pro / Qwen2.5: the same wire format, but no thinking unless asked.

@@ -38,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the engine's next byte (600)",
     )
     p.add_argument("--max-connections", type=int, default=1024, help="pooled connections to the engine")
+    p.add_argument(
+        "--gguf",
+        default=None,
+        metavar="PATH",
+        help="the engine's GGUF model file: refuse to start unless its vocabulary matches the tokenizer "
+        "(a local llama-server's model is found through its /props without this)",
+    )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
     access = p.add_argument_group("access control")
@@ -155,6 +162,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         backend_model=args.backend_model,
         timeout=args.backend_timeout,
         max_connections=args.max_connections,
+        gguf=Path(args.gguf) if args.gguf else None,
     )
 
 
@@ -198,6 +206,13 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         app = create_app(config_from_args(args))
     except Exception as e:
         return fail(f"cannot load the tokenizer from {args.model_dir}: {e}")
+    if args.gguf:  # checked here too, so a mismatch is one clear line before uvicorn starts
+        from chatsieve.server.model_check import ModelMismatch, check_model
+
+        try:
+            check_model(Path(args.gguf), app.state.service.tokenizer)
+        except ModelMismatch as e:
+            return fail(str(e))
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(args))
     return 0

@@ -32,6 +32,8 @@ from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.events import Event
+from chatsieve.grammar import GrammarError
+from chatsieve.grammar import plan as constraint_plan
 from chatsieve.openai import (
     ChatRequest,
     ChunkStream,
@@ -49,6 +51,7 @@ from chatsieve.openai import (
 )
 from chatsieve.prompt import PromptError, PromptTooLong
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
+from chatsieve.server.model_check import check_model, engine_model_path
 from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, SecurityPolicy
 
 log = logging.getLogger("chatsieve.server")
@@ -79,6 +82,8 @@ class ServerConfig:
     limits: RequestLimits = RequestLimits()  # stop strings, JSON depth (max_model_len is filled in)
     security: SecurityPolicy = SecurityPolicy()  # API keys, Host allow-list, body size and time
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none by default)
+    gguf: Path | None = None  # the engine's model file, checked against the tokenizer at start-up
+    check_engine_model: bool = True  # llamacpp: also check the GGUF the engine reports in /props
 
     @property
     def model_name(self) -> str:
@@ -141,8 +146,18 @@ class ChatService:
             self._token_text,
             model=self.config.backend_model,
         )
+        await self._check_model()
         if self.config.warm_up:
             await run_in_threadpool(self._warm_up)
+
+    async def _check_model(self) -> None:
+        """Refuse to serve (ModelMismatch) when the engine's model has another vocabulary."""
+        path = self.config.gguf
+        if path is None and self.config.check_engine_model and self.config.backend_kind == "llamacpp":
+            assert self.client is not None
+            path = await engine_model_path(self.client, self.config.backend_url)
+        if path is not None:
+            await run_in_threadpool(check_model, Path(path), self.tokenizer)
 
     async def stop(self) -> None:
         if self.client is not None:
@@ -224,6 +239,20 @@ class ChatService:
                 param="messages",
                 code="template_error",
             ) from None
+        try:
+            constraint = constraint_plan(
+                self.config.format,
+                engine=self.config.backend_kind,
+                tools=tools,
+                tool_choice=req.tool_choice.mode,
+                response_format=req.response_format,
+                token_id=self.tokenizer.single_token_id,
+                parallel=req.parallel_tool_calls,
+                thinking=req.thinking,
+            )
+        except GrammarError as e:
+            param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
+            raise RequestError(str(e), param=param, code="unsupported_constraint") from None
         parser = StreamParser(
             self.config.format,
             tools=tools,
@@ -241,6 +270,13 @@ class ChatService:
             seed=req.seed,
             stop_token_ids=self.stop_token_ids,
             top_logprobs=req.top_logprobs if req.logprobs else None,
+            top_k=req.top_k,
+            min_p=req.min_p,
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            repetition_penalty=req.repetition_penalty,
+            logit_bias=req.logit_bias,
+            constraint=constraint,
         )
         assert self.backend is not None, "ChatService.start() was not awaited"
         gen = Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))

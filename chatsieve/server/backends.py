@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 
 from chatsieve.events import TokenLogprob
+from chatsieve.grammar import Constraint
 
 KINDS = ("vllm", "sglang", "llamacpp")
 NO_LOGPROB = -9999.0  # stands in for -inf / missing, which JSON cannot carry
@@ -64,6 +65,14 @@ class GenerationRequest:
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     top_logprobs: int | None = None  # None: no logprobs; k: the sampled token's plus k alternatives
+    # sampling passthrough (see sampling_fields for each engine's names)
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    constraint: Constraint | None = None  # engine-enforced structure (chatsieve.grammar)
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,9 +324,18 @@ def vllm_payload(req: GenerationRequest, model: str | None) -> dict:
     if model:
         p["model"] = model
     _put(p, temperature=req.temperature, top_p=req.top_p, seed=req.seed)
+    _sampling(p, req, "vllm")
     if req.top_logprobs is not None:
         p["logprobs"] = req.top_logprobs
         p["return_tokens_as_token_ids"] = True
+    c = req.constraint
+    if c is not None:  # vLLM >= 0.11 (earlier versions named these guided_*)
+        if c.kind == "grammar":
+            p["structured_outputs"] = {"grammar": c.grammar}
+        elif c.kind == "json_object":
+            p["structured_outputs"] = {"json_object": True}
+        else:
+            p["structured_outputs"] = {"json": c.schema}
     return p
 
 
@@ -329,6 +347,13 @@ def sglang_payload(req: GenerationRequest, model: str | None) -> dict:
         "no_stop_trim": True,
     }
     _put(params, temperature=req.temperature, top_p=req.top_p, sampling_seed=req.seed)
+    _sampling(params, req, "sglang")
+    c = req.constraint
+    if c is not None:
+        if c.kind == "grammar":
+            params["ebnf"] = c.grammar
+        else:
+            params["json_schema"] = json.dumps(c.schema if c.kind == "json_schema" else {"type": "object"})
     p: dict[str, Any] = {"input_ids": req.prompt_token_ids, "sampling_params": params, "stream": True}
     if req.top_logprobs is not None:
         p.update(return_logprob=True, top_logprobs_num=req.top_logprobs, logprob_start_len=-1)
@@ -344,9 +369,43 @@ def llamacpp_payload(req: GenerationRequest, model: str | None) -> dict:
         "cache_prompt": True,
     }
     _put(p, temperature=req.temperature, top_p=req.top_p, seed=req.seed)
+    _sampling(p, req, "llamacpp")
     if req.top_logprobs is not None:
         p["n_probs"] = max(1, req.top_logprobs)  # 0 would return no probabilities at all
+    c = req.constraint
+    if c is not None:
+        if c.kind == "grammar":
+            p["grammar"] = c.grammar
+        else:
+            p["json_schema"] = c.schema if c.kind == "json_schema" else {"type": "object"}
     return p
+
+
+# OpenAI sampling field -> each engine's name for it (README: "Sampling fields").
+SAMPLING_FIELDS: dict[str, dict[str, str]] = {
+    "top_k": {"vllm": "top_k", "sglang": "top_k", "llamacpp": "top_k"},
+    "min_p": {"vllm": "min_p", "sglang": "min_p", "llamacpp": "min_p"},
+    "presence_penalty": {"vllm": "presence_penalty", "sglang": "presence_penalty", "llamacpp": "presence_penalty"},
+    "frequency_penalty": {
+        "vllm": "frequency_penalty", "sglang": "frequency_penalty", "llamacpp": "frequency_penalty"
+    },
+    "repetition_penalty": {"vllm": "repetition_penalty", "sglang": "repetition_penalty", "llamacpp": "repeat_penalty"},
+    "logit_bias": {"vllm": "logit_bias", "sglang": "logit_bias", "llamacpp": "logit_bias"},
+}  # fmt: skip
+
+
+def _sampling(d: dict, req: GenerationRequest, kind: str) -> None:
+    for field in ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+        value = getattr(req, field)
+        if field == "top_k" and value == 0:
+            value = 0 if kind == "llamacpp" else -1  # each engine's "no top-k cut"
+        if value is not None:
+            d[SAMPLING_FIELDS[field][kind]] = value
+    if req.logit_bias:
+        if kind == "llamacpp":  # [[id, bias], ...]
+            d["logit_bias"] = [[tid, bias] for tid, bias in req.logit_bias]
+        else:  # {"id": bias}, as OpenAI sends it
+            d["logit_bias"] = {str(tid): bias for tid, bias in req.logit_bias}
 
 
 def _put(d: dict, **values: Any) -> None:

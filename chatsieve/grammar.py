@@ -1,0 +1,453 @@
+"""Engine-enforced structure: grammars that force a tool call in a family's own syntax, and
+the JSON constraints behind `response_format`.
+
+One builder per call syntax (`FormatSpec.call_syntax`), fed the tools' JSON Schemas; its
+output is GBNF, which llama.cpp reads as `grammar` and xgrammar (vLLM `structured_outputs`,
+SGLang `ebnf`) reads as EBNF. Control markers are written as token ids (`<[id]>`) where the
+engine's grammar can name a token (llama.cpp): spelled as text they would be sub-word
+pieces, which the gated parser rightly never takes for a call. What cannot be expressed
+raises `GrammarError` (a 400 for the client).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .formats import get as get_format
+from .spec import FormatSpec
+from .tools import normalize_tools
+
+# which engines can name a control token inside a grammar
+TOKEN_GRAMMAR_ENGINES = frozenset({"llamacpp"})
+
+# schema keywords that only describe (ignored) and those a grammar here cannot enforce
+_ANNOTATIONS = frozenset(
+    {"description", "title", "default", "examples", "$schema", "$id", "$comment", "format", "deprecated",
+     "readOnly", "writeOnly", "strict"}
+)  # fmt: skip
+_UNSUPPORTED = (
+    "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "minItems", "maxItems", "uniqueItems", "contains", "minProperties", "maxProperties",
+    "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "if", "then", "else",
+    "not", "allOf", "$ref", "$defs", "definitions", "prefixItems",
+)  # fmt: skip
+
+
+class GrammarError(ValueError):
+    """A constraint this family, engine or schema cannot express."""
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """What to ask the engine for: a GBNF `grammar`, a JSON `schema`, or any JSON object."""
+
+    kind: str  # "grammar" | "json_schema" | "json_object"
+    grammar: str | None = None
+    schema: dict | None = None
+
+
+# ---------------------------------------------------------------- GBNF assembly
+
+
+def _lit(text: str) -> str:
+    """A GBNF string literal."""
+    out = []
+    for ch in text:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+class _Rules:
+    """Named GBNF rules, deduplicated by body."""
+
+    def __init__(self) -> None:
+        self.rules: dict[str, str] = {}
+        self._by_body: dict[str, str] = {}
+
+    def add(self, hint: str, body: str) -> str:
+        if body in self._by_body:
+            return self._by_body[body]
+        base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-").lower() or "r"
+        name, k = base, 1
+        while name in self.rules:
+            k += 1
+            name = f"{base}{k}"
+        self.rules[name] = body
+        self._by_body[body] = name
+        return name
+
+    def text(self, root: str) -> str:
+        lines = [f"root ::= {root}"]
+        lines += [f"{name} ::= {body}" for name, body in self.rules.items()]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class _Literals:
+    """How a value language spells the JSON scalars (JSON itself, or Python literals)."""
+
+    true: str
+    false: str
+    null: str
+
+
+JSON_LITERALS = _Literals("true", "false", "null")
+PYTHON_LITERALS = _Literals("True", "False", "None")
+
+_PRIMITIVES = {
+    "ws": "[ ]?",
+    "string": '"\\"" char* "\\""',
+    # escapes JSON and Python read alike (no "\\/", which Python keeps as two characters)
+    "char": '[^"\\\\\\x00-\\x1f] | "\\\\" (["\\\\bfnrt] | "u" [0-9a-fA-F]{4})',
+    "integer": '"-"? ("0" | [1-9] [0-9]{0,15})',
+    "number": '"-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})?',
+}
+
+
+def _check_keywords(schema: Any, where: str) -> None:
+    if not isinstance(schema, Mapping):
+        raise GrammarError(f"{where}: a schema must be an object")
+    for key in _UNSUPPORTED:
+        if key in schema:
+            raise GrammarError(f"{where}: the JSON Schema keyword {key!r} cannot be enforced by a grammar here")
+
+
+class ValueGrammar:
+    """JSON Schema -> GBNF for one value language."""
+
+    def __init__(self, rules: _Rules, literals: _Literals) -> None:
+        self.r = rules
+        self.lit = literals
+        for name, body in _PRIMITIVES.items():
+            rules.rules.setdefault(name, body)
+            rules._by_body.setdefault(body, name)
+
+    def value(self, schema: Any, where: str) -> str:
+        if schema is True or schema == {} or schema is None:
+            return self._any()
+        if schema is False:
+            raise GrammarError(f"{where}: the schema 'false' allows no value")
+        _check_keywords(schema, where)
+        if "const" in schema:
+            return self._constant(schema["const"], where)
+        if "enum" in schema:
+            values = schema["enum"]
+            if not isinstance(values, list) or not values:
+                raise GrammarError(f"{where}: 'enum' must be a non-empty array")
+            return self.r.add(where + "-enum", " | ".join(self._constant(v, where) for v in values))
+        for key in ("anyOf", "oneOf"):
+            if key in schema:
+                options = schema[key]
+                if not isinstance(options, list) or not options:
+                    raise GrammarError(f"{where}: {key!r} must be a non-empty array")
+                base = {k: v for k, v in schema.items() if k != key}
+                alts = [self.value({**base, **o} if isinstance(o, Mapping) else o, f"{where}-{i}")
+                        for i, o in enumerate(options)]  # fmt: skip
+                return self.r.add(where + "-alt", " | ".join(alts))
+        types = schema.get("type")
+        if isinstance(types, list):
+            if not types:
+                raise GrammarError(f"{where}: 'type' is an empty array")
+            alts = [self.value({**schema, "type": t}, f"{where}-{t}") for t in types]
+            return self.r.add(where + "-types", " | ".join(alts))
+        if types is None:
+            if "properties" in schema:
+                types = "object"
+            elif "items" in schema:
+                types = "array"
+            else:
+                return self._any()
+        if types == "string":
+            return "string"
+        if types == "integer":
+            return "integer"
+        if types == "number":
+            return "number"
+        if types == "boolean":
+            return self.r.add("boolean-" + self.lit.true, f"{_lit(self.lit.true)} | {_lit(self.lit.false)}")
+        if types == "null":
+            return _lit(self.lit.null)
+        if types == "array":
+            items = schema.get("items", True)
+            item = self.value(items, where + "-item")
+            return self.r.add(where + "-array", f'"[" ws ({item} ("," ws {item})*)? "]"')
+        if types == "object":
+            return self._object(schema, where)
+        raise GrammarError(f"{where}: unknown JSON Schema type {types!r}")
+
+    def members(
+        self, schema: Mapping[str, Any], where: str, key: Callable[[str], str], sep: str
+    ) -> str | None:
+        """`k1<sep>v1, k2<sep>v2` for an object's declared properties (required ones always, in
+        order; optional ones may be left out); None when the schema declares none."""
+        _check_keywords(schema, where)
+        props = schema.get("properties")
+        if props is None:
+            return None
+        if not isinstance(props, Mapping):
+            raise GrammarError(f"{where}: 'properties' must be an object")
+        required = schema.get("required") or []
+        if not isinstance(required, list):
+            raise GrammarError(f"{where}: 'required' must be an array")
+        missing = [k for k in required if k not in props]
+        if missing:
+            raise GrammarError(f"{where}: required properties {missing} are not declared in 'properties'")
+        pairs = []
+        for k, s in props.items():
+            pairs.append((k in required, f"{key(k)} {_lit(sep)} ws {self.value(s, f'{where}-{k}')}"))
+        if not pairs:
+            return '""'
+        # after the first written member, each later one is "," + member; optional ones may be skipped
+        tail = '""'
+        tails = []
+        for req, kv in reversed(pairs):
+            tail = self.r.add(where + "-tail", f'"," ws {kv} {tail}' if req else f'("," ws {kv})? {tail}')
+            tails.append(tail)
+        tails.reverse()  # tails[i]: members i.. after something was written
+        head = '""'
+        for i in range(len(pairs) - 1, -1, -1):
+            req, kv = pairs[i]
+            after = tails[i + 1] if i + 1 < len(pairs) else '""'
+            head = self.r.add(where + "-head", f"{kv} {after}" if req else f"{kv} {after} | {head}")
+        return head
+
+    def _object(self, schema: Mapping[str, Any], where: str) -> str:
+        body = self.members(schema, where, lambda k: _lit(json.dumps(k, ensure_ascii=False)), ":")
+        if body is None:
+            return self._any_object()
+        return self.r.add(where + "-object", f'"{{" ws {body} "}}"')
+
+    def _constant(self, value: Any, where: str) -> str:
+        if value is True:
+            return _lit(self.lit.true)
+        if value is False:
+            return _lit(self.lit.false)
+        if value is None:
+            return _lit(self.lit.null)
+        if isinstance(value, str | int | float):
+            return _lit(json.dumps(value, ensure_ascii=False))
+        if isinstance(value, list):
+            return '"[" ' + ' ", " '.join(self._constant(v, where) for v in value) + ' "]"' if value else '"[]"'
+        if isinstance(value, Mapping):
+            parts = [f"{_lit(json.dumps(str(k), ensure_ascii=False) + ': ')} {self._constant(v, where)}"
+                     for k, v in value.items()]  # fmt: skip
+            return '"{" ' + ' ", " '.join(parts) + ' "}"' if parts else '"{}"'
+        raise GrammarError(f"{where}: cannot express the constant {value!r}")
+
+    def _any(self) -> str:
+        self._any_object()
+        return "value"
+
+    def _any_object(self) -> str:
+        if "value" not in self.r.rules:
+            t, f, n = (_lit(x) for x in (self.lit.true, self.lit.false, self.lit.null))
+            self.r.rules["value"] = f"object | array | string | number | {t} | {f} | {n}"
+            self.r.rules["object"] = '"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}"'
+            self.r.rules["array"] = '"[" ws (value ("," ws value)*)? "]"'
+        return "object"
+
+
+# ---------------------------------------------------------------- call syntaxes
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    spec: FormatSpec
+    token: Callable[[str], str]  # a control marker as the grammar must write it
+
+
+def _pythonic(ctx: _Ctx, tools: Mapping[str, dict], parallel: bool, rules: _Rules) -> str:
+    """`[f(a=1, b="x"), g()]`: keyword arguments as Python literals."""
+    values = ValueGrammar(rules, PYTHON_LITERALS)
+    calls = []
+    for name, params in tools.items():
+        if not re.fullmatch(r"[A-Za-z_][\w.\-]*", name):
+            raise GrammarError(f"the function name {name!r} cannot be written as a Python-style call")
+        kwargs = values.members(params or {}, f"{name}-args", _kwarg, "=")
+        if kwargs is None:  # no declared properties: any keyword arguments
+            kw = rules.add("keyword", "[A-Za-z_] [A-Za-z0-9_]{0,63}")
+            pair = f'{kw} "=" ws {values.value(True, "any")}'
+            kwargs = rules.add("any-kwargs", f'({pair} ("," ws {pair})*)?')
+        calls.append(rules.add(f"call-{name}", f"{_lit(name + '(')} {kwargs} {_lit(')')}"))
+    call = rules.add("call", " | ".join(calls))
+    more = f' ("," ws {call})*' if parallel else ""
+    return f'"[" {call}{more} "]"'
+
+
+def _kwarg(key: str) -> str:
+    if not key.isidentifier():
+        raise GrammarError(f"the argument name {key!r} cannot be a Python keyword argument")
+    return _lit(key)
+
+
+def _json_object_call(ctx: _Ctx, tools: Mapping[str, dict], parallel: bool, rules: _Rules,
+                      *, args_key: str, open_: str, close: str, between: str) -> str:  # fmt: skip
+    values = ValueGrammar(rules, JSON_LITERALS)
+    calls = []
+    for name, params in tools.items():
+        args = values.value(params or {"type": "object"}, f"{name}-args")
+        head = "{" + json.dumps("name") + ": " + json.dumps(name, ensure_ascii=False) + ", " + json.dumps(args_key) + ": "
+        calls.append(rules.add(f"call-{name}", f"{open_} {_lit(head)} {args} {_lit('}')} {close}".strip()))
+    call = rules.add("call", " | ".join(calls))
+    more = f" ({_lit(between)} {call})*" if parallel else ""
+    return f"{call}{more}"
+
+
+def _tool_call_tags(ctx: _Ctx, tools: Mapping[str, dict], parallel: bool, rules: _Rules) -> str:
+    """Hermes / Qwen: `<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`."""
+    spec = ctx.spec
+    open_ = f"{ctx.token(spec.call_open[0])} {_lit(chr(10))}"
+    close = f"{_lit(chr(10))} {ctx.token(spec.call_close[0])}"
+    return _json_object_call(ctx, tools, parallel, rules, args_key="arguments", open_=open_, close=close,
+                             between="\n")  # fmt: skip
+
+
+def _llama3_json(ctx: _Ctx, tools: Mapping[str, dict], parallel: bool, rules: _Rules) -> str:
+    """Llama 3.x: a bare `{"name": …, "parameters": {…}}`, `; ` between parallel calls."""
+    return _json_object_call(ctx, tools, parallel, rules, args_key="parameters", open_="", close="",
+                             between="; ")  # fmt: skip
+
+
+CALL_SYNTAXES: dict[str, Callable[[_Ctx, Mapping[str, dict], bool, _Rules], str]] = {
+    "pythonic": _pythonic,
+    "tool_call_tags": _tool_call_tags,
+    "llama3_json": _llama3_json,
+}
+
+
+def supported_formats() -> list[str]:
+    """Formats whose tool calls can be forced (tool_choice required / named)."""
+    from . import formats
+
+    return [n for n in formats.names() if formats.get(n).call_syntax in CALL_SYNTAXES]
+
+
+def call_grammar(
+    format: str | FormatSpec,
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    engine: str = "llamacpp",
+    token_id: Callable[[str], int | None] | None = None,
+    parallel: bool = True,
+    thinking: bool | None = None,
+) -> str:
+    """GBNF that makes the model answer with calls (at least one) to `tools`, in `format`'s syntax.
+
+    `token_id(marker)` gives a control marker's single token id (the served tokenizer's);
+    engines that cannot name a token in a grammar refuse families whose calls open with one.
+    """
+    spec = get_format(format)
+    build = CALL_SYNTAXES.get(spec.call_syntax or "")
+    if build is None:
+        raise GrammarError(
+            f"tool_choice cannot be enforced for format {spec.name!r}: no call grammar for its syntax; "
+            f"supported: {', '.join(supported_formats())}"
+        )
+    normalized = normalize_tools(tools)
+    if not normalized:
+        raise GrammarError("tool_choice needs at least one tool to call")
+
+    def token(marker: str) -> str:
+        if engine not in TOKEN_GRAMMAR_ENGINES:
+            raise GrammarError(
+                f"format {spec.name!r}: its calls open with the control token {marker!r}, which a {engine} "
+                "grammar cannot name; tool_choice can be enforced for it with the llamacpp backend"
+            )
+        tid = token_id(marker) if token_id is not None else None
+        if tid is None:
+            raise GrammarError(
+                f"format {spec.name!r}: {marker!r} is not a single token of the served tokenizer, "
+                "so a grammar cannot force it"
+            )
+        return f"<[{tid}]>"
+
+    thinking_on = spec.default_thinking if thinking is None else thinking
+    rules = _Rules()
+    ctx = _Ctx(spec, token)
+    root = build(ctx, normalized, parallel, rules)
+    if spec.reasoning_open and thinking_on:
+        if engine not in TOKEN_GRAMMAR_ENGINES:
+            raise GrammarError(
+                f"format {spec.name!r} with thinking on: a {engine} grammar cannot leave room for the "
+                "reasoning block; turn thinking off (chat_template_kwargs.enable_thinking: false)"
+            )
+        o, c = token(spec.reasoning_open[0]), token(spec.reasoning_close[0])
+        rules.rules["reasoning"] = f"{o}? !{c}* {c} [\\n]*"
+        root = f"reasoning? {root}"
+    return rules.text(root)
+
+
+def json_schema_grammar(schema: Mapping[str, Any]) -> str:
+    """GBNF for JSON content matching `schema` (used where an engine takes no JSON Schema)."""
+    rules = _Rules()
+    root = ValueGrammar(rules, JSON_LITERALS).value(schema, "schema")
+    return rules.text(root)
+
+
+# ---------------------------------------------------------------- requests -> constraints
+
+
+def response_format_constraint(response_format: Mapping[str, Any] | None) -> Constraint | None:
+    """OpenAI's `response_format` as a constraint; None for `text` or absent."""
+    if response_format is None:
+        return None
+    kind = response_format.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return Constraint("json_object", schema={"type": "object"})
+    if kind == "json_schema":
+        wrapper = response_format.get("json_schema")
+        schema = wrapper.get("schema") if isinstance(wrapper, Mapping) else None
+        if schema is None:
+            schema = {}
+        if not isinstance(schema, Mapping):
+            raise GrammarError("response_format.json_schema.schema must be an object")
+        return Constraint("json_schema", schema=dict(schema))
+    raise GrammarError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
+
+
+def plan(
+    format: str | FormatSpec,
+    *,
+    engine: str,
+    tools: Sequence[Mapping[str, Any]] | None,
+    tool_choice: str,
+    response_format: Mapping[str, Any] | None,
+    token_id: Callable[[str], int | None] | None,
+    parallel: bool = True,
+    thinking: bool | None = None,
+) -> Constraint | None:
+    """The engine constraint for one request: a forced call for tool_choice `required` or a named
+    function (`tools` already narrowed to it), else the response_format's JSON, else None."""
+    if tool_choice in ("required", "function") and tools:
+        grammar = call_grammar(
+            format, tools, engine=engine, token_id=token_id, parallel=parallel and tool_choice != "function",
+            thinking=thinking,
+        )
+        return Constraint("grammar", grammar=grammar)
+    constraint = response_format_constraint(response_format)
+    if constraint is not None:
+        spec = get_format(format)
+        thinking_on = spec.default_thinking if thinking is None else thinking
+        if spec.reasoning_open and thinking_on:
+            raise GrammarError(
+                f"response_format cannot be enforced for format {spec.name!r} with thinking on (the JSON "
+                "would have to come before the reasoning); turn thinking off"
+            )
+    return constraint

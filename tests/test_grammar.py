@@ -1,0 +1,394 @@
+"""Call grammars and JSON constraints (chatsieve.grammar), the request fields behind them,
+and what each engine is sent.
+
+Grammars are checked with a small GBNF recognizer (tests/gbnf.py): every schema-valid call,
+written in the family's syntax, is accepted, and chatsieve's own parser reads it back to the
+same arguments; invalid ones are rejected. tests/test_real_engine.py runs them in llama.cpp.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import models
+import pytest
+from gbnf import accepts, parse, token_char
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatsieve import parse as parse_output
+from chatsieve.grammar import (
+    Constraint,
+    GrammarError,
+    call_grammar,
+    json_schema_grammar,
+    plan,
+    response_format_constraint,
+    supported_formats,
+)
+from chatsieve.openai import RequestError, parse_chat_request
+from chatsieve.server.backends import (
+    GenerationRequest,
+    llamacpp_payload,
+    sglang_payload,
+    vllm_payload,
+)
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "a city"},
+                "days": {"type": "integer"},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+                "metric": {"type": "boolean"},
+            },
+            "required": ["city"],
+        },
+    },
+}
+SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "limit": {"type": ["integer", "null"]},
+                "score": {"type": "number"},
+                "filters": {
+                    "type": "object",
+                    "properties": {"lang": {"type": "string"}, "safe": {"type": "boolean"}},
+                    "required": ["lang"],
+                },
+                "extra": {},
+            },
+            "required": ["query", "filters"],
+        },
+    },
+}
+NOW = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+TOOLS = [WEATHER, SEARCH, NOW]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+# ---------------------------------------------------------------- values from a schema
+
+_text = st.text(st.characters(blacklist_categories=("Cs",), max_codepoint=0x2FFFF), max_size=12)
+_json_scalar = st.none() | st.booleans() | st.integers(-(10**6), 10**6) | _text
+
+
+def values(schema: dict) -> st.SearchStrategy:
+    if not schema:
+        return st.recursive(_json_scalar, lambda inner: st.lists(inner, max_size=2), max_leaves=4)
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return st.one_of([values({**schema, "type": k}) for k in kind])
+    if kind == "string":
+        return _text
+    if kind == "integer":
+        return st.integers(-(10**9), 10**9)
+    if kind == "number":
+        return st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False).map(lambda f: round(f, 4))
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "null":
+        return st.none()
+    if kind == "array":
+        return st.lists(values(schema.get("items", {})), max_size=3)
+    if kind == "object":
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        return st.fixed_dictionaries(
+            {k: values(s) for k, s in props.items() if k in required},
+            optional={k: values(s) for k, s in props.items() if k not in required},
+        ).map(lambda d: {k: d[k] for k in props if k in d})  # declared order
+    raise AssertionError(schema)
+
+
+calls = st.sampled_from(sorted(SCHEMAS)).flatmap(lambda n: st.tuples(st.just(n), values(SCHEMAS[n])))
+
+
+def python_literal(v) -> str:
+    if v is True:
+        return "True"
+    if v is False:
+        return "False"
+    if v is None:
+        return "None"
+    if isinstance(v, list):
+        return "[" + ", ".join(map(python_literal, v)) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {python_literal(x)}" for k, x in v.items()) + "}"
+    return json.dumps(v, ensure_ascii=False)
+
+
+def pythonic(call_list) -> str:
+    return "[" + ", ".join(f"{n}(" + ", ".join(f"{k}={python_literal(v)}" for k, v in a.items()) + ")"
+                           for n, a in call_list) + "]"  # fmt: skip
+
+
+# ---------------------------------------------------------------- pythonic (gemma3)
+
+
+GEMMA3_GRAMMAR = call_grammar("gemma3", TOOLS)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(calls, min_size=1, max_size=3))
+def test_gemma3_grammar_accepts_every_valid_call_list_and_the_parser_agrees(call_list):
+    text = pythonic(call_list)
+    assert accepts(GEMMA3_GRAMMAR, text), text
+    msg = parse_output(text + "<end_of_turn>", "gemma3", tools=TOOLS)
+    got = [(c.name, json.loads(c.arguments)) for c in msg.tool_calls]
+    assert got == [(n, a) for n, a in call_list] and msg.content is None
+    for name, args in got:
+        jsonschema.validate(args, SCHEMAS[name])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "[]",  # required: at least one call
+        "The weather is nice.",
+        "[get_weather()]",  # the required city is missing
+        "[get_weather(city=3)]",  # wrong type
+        "[get_weather(city='Paris')]",  # single quotes are Python, but the grammar writes one form
+        '[get_weather(city="Paris", unit="kelvin")]',  # not in the enum
+        '[get_weather(unit="celsius", city="Paris")]',  # declared order
+        '[get_weather(city="Paris", country="FR")]',  # undeclared argument
+        '[delete_all(confirm=True)]',  # not a tool
+        '[get_weather(city="Paris")] and more',
+        '[search(query="x", filters={})]',  # nested required lang missing
+        '[get_weather(city="a\\/b")]',  # an escape Python reads differently from JSON
+    ],
+)
+def test_gemma3_grammar_rejects(text):
+    assert not accepts(GEMMA3_GRAMMAR, text)
+
+
+def test_named_function_and_no_parallel_calls():
+    g = call_grammar("gemma3", [WEATHER], parallel=False)
+    assert accepts(g, '[get_weather(city="Oslo")]')
+    assert not accepts(g, '[get_weather(city="Oslo"), get_weather(city="Rome")]')
+    assert not accepts(g, "[get_time()]")
+
+
+def test_grammar_text_is_plain_gbnf_without_token_references():
+    parse(GEMMA3_GRAMMAR)  # every rule defined
+    assert "<[" not in GEMMA3_GRAMMAR
+    assert call_grammar("gemma3", TOOLS, engine="vllm") == call_grammar("gemma3", TOOLS, engine="sglang")
+
+
+# ---------------------------------------------------------------- JSON syntaxes
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(calls, min_size=1, max_size=2))
+def test_qwen3_grammar_names_its_tags_by_token_id(call_list):
+    tok = models.tokenizer("qwen3")
+    g = call_grammar("qwen3", TOOLS, token_id=tok.single_token_id, thinking=False)
+    assert "<[151657]>" in g and "<[151658]>" in g
+    tag, end = token_char(151657), token_char(151658)
+    body = "\n".join(
+        f'{tag}\n{{"name": {json.dumps(n)}, "arguments": {json.dumps(a, ensure_ascii=False)}}}\n{end}'
+        for n, a in call_list
+    )
+    assert accepts(g, body)
+    spelled = body.replace(tag, "<tool_call>").replace(end, "</tool_call>")
+    assert not accepts(g, spelled)  # the tags spelled from sub-word text are not the tokens
+    msg = parse_output(spelled, "qwen3", tools=TOOLS, thinking=False)
+    assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == list(call_list)
+
+
+def test_qwen3_with_thinking_leaves_room_for_the_reasoning_block():
+    tok = models.tokenizer("qwen3")
+    g = call_grammar("qwen3", [NOW], token_id=tok.single_token_id, thinking=True)
+    think, done = token_char(151667), token_char(151668)
+    call = f'{token_char(151657)}\n{{"name": "get_time", "arguments": {{}}}}\n{token_char(151658)}'
+    assert accepts(g, f"{think}I should call it.{done}\n\n{call}")
+    assert accepts(g, call)
+    assert not accepts(g, "I should call it." + call)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls)
+def test_llama3_json_grammar(call):
+    name, args = call
+    g = call_grammar("llama3_json", TOOLS)
+    text = json.dumps({"name": name, "parameters": args}, ensure_ascii=False)
+    assert accepts(g, text)
+    msg = parse_output(text, "llama3_json", tools=TOOLS)
+    assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [(name, args)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(values(SCHEMAS["search"]))
+def test_json_schema_grammar_accepts_valid_documents(doc):
+    g = json_schema_grammar(SCHEMAS["search"])
+    assert accepts(g, json.dumps(doc, ensure_ascii=False))
+    assert not accepts(g, json.dumps({k: v for k, v in doc.items() if k != "query"}))
+
+
+# ---------------------------------------------------------------- what cannot be expressed
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"format": "gemma4", "tools": [NOW]}, "no call grammar for its syntax; supported: gemma3"),
+        ({"format": "qwen3", "tools": [NOW], "engine": "vllm"}, "a vllm grammar cannot name"),
+        ({"format": "qwen3", "tools": [NOW], "engine": "llamacpp"}, "not a single token"),  # no tokenizer
+        (
+            {"format": "gemma3", "tools": [{"name": "f", "parameters": {"properties": {"a": {"pattern": "x+"}}}}]},
+            "'pattern' cannot be enforced",
+        ),
+        (
+            {"format": "gemma3", "tools": [{"name": "f", "parameters": {"$ref": "#/$defs/x"}}]},
+            "'$ref' cannot be enforced",
+        ),
+        ({"format": "gemma3", "tools": [{"name": "f", "parameters": {"properties": {"not-id": {}}}}]}, "keyword"),
+        ({"format": "gemma3", "tools": [{"name": "f", "parameters": {"required": ["a"], "properties": {}}}]},
+         "not declared"),
+        ({"format": "gemma3", "tools": []}, "at least one tool"),
+    ],
+)
+def test_clear_errors_for_what_a_grammar_cannot_express(kwargs, message):
+    with pytest.raises(GrammarError, match=message.replace("$", r"\$").replace("(", r"\(")):
+        call_grammar(**kwargs)
+
+
+def test_supported_formats_are_the_families_with_a_call_syntax():
+    assert supported_formats() == ["gemma3", "hermes", "llama3_json", "pythonic", "qwen3"]
+
+
+def test_plan_picks_the_call_grammar_then_the_response_format():
+    common = {"engine": "llamacpp", "token_id": None, "response_format": {"type": "json_object"}}
+    c = plan("gemma3", tools=[NOW], tool_choice="required", **common)
+    assert c.kind == "grammar" and "get_time" in c.grammar
+    assert plan("gemma3", tools=[NOW], tool_choice="auto", **common) == Constraint("json_object", schema={"type": "object"})
+    assert plan("gemma3", tools=None, tool_choice="auto", engine="vllm", token_id=None, response_format=None) is None
+    with pytest.raises(GrammarError, match="thinking on"):
+        plan("qwen3", tools=None, tool_choice="auto", **common)
+    assert plan("qwen3", tools=None, tool_choice="auto", thinking=False, **common).kind == "json_object"
+
+
+def test_response_format_constraints():
+    assert response_format_constraint(None) is None
+    assert response_format_constraint({"type": "text"}) is None
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    got = response_format_constraint({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    assert got == Constraint("json_schema", schema=schema)
+
+
+# ---------------------------------------------------------------- requests and payloads
+
+
+def test_request_fields_for_sampling_and_response_format():
+    msgs = [{"role": "user", "content": "hi"}]
+    r = parse_chat_request({
+        "messages": msgs, "top_k": -1, "min_p": 0.05, "presence_penalty": 0.5, "frequency_penalty": -0.5,
+        "repetition_penalty": 1.1, "logit_bias": {"42": -100, "7": 2.5},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}},
+    })  # fmt: skip
+    assert (r.top_k, r.min_p, r.presence_penalty, r.frequency_penalty, r.repetition_penalty) == (0, 0.05, 0.5, -0.5, 1.1)
+    assert r.logit_bias == ((7, 2.5), (42, -100.0))
+    assert r.response_format["json_schema"]["schema"] == {"type": "object"}
+    assert parse_chat_request({"messages": msgs, "response_format": {"type": "text"}}).response_format is None
+    for bad, param in [
+        ({"top_k": -2}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"presence_penalty": 3}, "presence_penalty"),
+        ({"logit_bias": {"x": 1}}, "logit_bias"),
+        ({"logit_bias": {"1": 101}}, "logit_bias"),
+        ({"logit_bias": [1]}, "logit_bias"),
+        ({"response_format": {"type": "yaml"}}, "response_format"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"schema": []}}}, "response_format.json_schema"),
+    ]:
+        with pytest.raises(RequestError) as info:
+            parse_chat_request({"messages": msgs, **bad})
+        assert info.value.param == param
+
+
+SAMPLED = GenerationRequest(
+    prompt_token_ids=[1, 2],
+    top_k=0,
+    min_p=0.1,
+    presence_penalty=0.2,
+    frequency_penalty=0.3,
+    repetition_penalty=1.2,
+    logit_bias=((5, -100.0),),
+    seed=7,
+)
+
+
+def test_sampling_fields_reach_each_engine_under_its_own_name():
+    v = vllm_payload(SAMPLED, None)
+    assert (v["top_k"], v["min_p"], v["presence_penalty"], v["frequency_penalty"], v["repetition_penalty"]) == (
+        -1, 0.1, 0.2, 0.3, 1.2)  # fmt: skip
+    assert v["logit_bias"] == {"5": -100.0} and v["seed"] == 7
+    s = sglang_payload(SAMPLED, None)["sampling_params"]
+    assert (s["top_k"], s["min_p"], s["repetition_penalty"], s["logit_bias"], s["sampling_seed"]) == (
+        -1, 0.1, 1.2, {"5": -100.0}, 7)  # fmt: skip
+    ll = llamacpp_payload(SAMPLED, None)
+    assert (ll["top_k"], ll["min_p"], ll["repeat_penalty"], ll["presence_penalty"], ll["frequency_penalty"]) == (
+        0, 0.1, 1.2, 0.2, 0.3)  # fmt: skip
+    assert ll["logit_bias"] == [[5, -100.0]] and ll["seed"] == 7
+    bare = llamacpp_payload(GenerationRequest(prompt_token_ids=[1]), None)
+    assert not {"top_k", "min_p", "repeat_penalty", "logit_bias", "grammar", "json_schema"} & bare.keys()
+
+
+@pytest.mark.parametrize(
+    ("constraint", "vllm", "sglang", "llamacpp"),
+    [
+        (Constraint("grammar", grammar="root ::= \"x\"\n"), {"grammar": 'root ::= "x"\n'},
+         {"ebnf": 'root ::= "x"\n'}, {"grammar": 'root ::= "x"\n'}),
+        (Constraint("json_schema", schema={"type": "array"}), {"json": {"type": "array"}},
+         {"json_schema": '{"type": "array"}'}, {"json_schema": {"type": "array"}}),
+        (Constraint("json_object", schema={"type": "object"}), {"json_object": True},
+         {"json_schema": '{"type": "object"}'}, {"json_schema": {"type": "object"}}),
+    ],
+)  # fmt: skip
+def test_constraints_reach_each_engine_under_its_own_name(constraint, vllm, sglang, llamacpp):
+    req = GenerationRequest(prompt_token_ids=[1], constraint=constraint)
+    assert vllm_payload(req, None)["structured_outputs"] == vllm
+    params = sglang_payload(req, None)["sampling_params"]
+    assert {k: params[k] for k in sglang} == sglang
+    p = llamacpp_payload(req, None)
+    assert {k: p[k] for k in llamacpp} == llamacpp
+
+
+def test_a_tool_without_declared_properties_takes_any_keyword_arguments():
+    g = call_grammar("gemma3", [{"name": "anything", "parameters": {"type": "object"}}])
+    assert accepts(g, '[anything(a=1, b_2=[True, None], c={"k": "v"})]')
+    assert accepts(g, "[anything()]")
+    assert not accepts(g, "[anything(1)]")
+
+
+def test_the_server_answers_400_for_a_call_it_cannot_force(tmp_path):
+    from starlette.testclient import TestClient
+
+    from chatsieve.server.app import ServerConfig, create_app
+
+    tok = models.tokenizer("qwen3")
+    cfg = ServerConfig(model_dir=tmp_path, format="qwen3", backend_url="http://127.0.0.1:9", backend_kind="vllm",
+                       served_model_name="m", warm_up=False)  # fmt: skip
+    with TestClient(create_app(cfg, tokenizer=tok)) as http:
+        body = {"messages": [{"role": "user", "content": "hi"}], "tools": [NOW], "tool_choice": "required"}
+        r = http.post("/v1/chat/completions", json=body)
+        assert r.status_code == 400
+        err = r.json()["error"]
+        assert err["param"] == "tool_choice" and err["code"] == "unsupported_constraint"
+        assert "a vllm grammar cannot name" in err["message"]
+        body = {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}
+        r = http.post("/v1/chat/completions", json=body)  # qwen3 thinks by default
+        assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"

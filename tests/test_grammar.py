@@ -382,7 +382,7 @@ def test_the_server_answers_400_for_a_call_it_cannot_force(tmp_path):
     tok = models.tokenizer("qwen3")
     cfg = ServerConfig(model_dir=tmp_path, format="qwen3", backend_url="http://127.0.0.1:9", backend_kind="vllm",
                        served_model_name="m", warm_up=False)  # fmt: skip
-    with TestClient(create_app(cfg, tokenizer=tok)) as http:
+    with TestClient(create_app(cfg, tokenizer=tok), base_url="http://127.0.0.1") as http:
         body = {"messages": [{"role": "user", "content": "hi"}], "tools": [NOW], "tool_choice": "required"}
         r = http.post("/v1/chat/completions", json=body)
         assert r.status_code == 400

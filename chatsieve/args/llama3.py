@@ -31,6 +31,7 @@ class JsonCallSequence(RegionCodec):
 
     sep = ";"
     brackets = False
+    call_object: type[json_call.JsonCallCodec] = _CallObject  # reads one object; ends at its `}`
 
     def __init__(self, ctx: CallContext) -> None:
         super().__init__(ctx)
@@ -73,7 +74,7 @@ class JsonCallSequence(RegionCodec):
                 self._st = FIRST
             elif st in (FIRST, NEXT):
                 if c == "{":
-                    self._obj = _CallObject(CallContext(self.ctx.tools))
+                    self._obj = self.call_object(CallContext(self.ctx.tools))
                     self._st = OBJECT
                     continue
                 if c == "]" and self.brackets:

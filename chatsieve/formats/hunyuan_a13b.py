@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 
 from ..args.dispatch import JsonCallsCodec
-from ..spec import FormatSpec
 from .hunyuan import HUNYUAN
 
 HUNYUAN_A13B = dataclasses.replace(

@@ -63,7 +63,10 @@ class DispatchCodec(RegionCodec):
                 if self.verdict is None:
                     self.verdict = False
                     return
-                self.fail("the output ended at the start of the call" if truncated else "no call in the block", truncated=truncated)
+                self.fail(
+                    "the output ended at the start of the call" if truncated else "no call in the block",
+                    truncated=truncated,
+                )
             elif self.verdict is None:
                 self.verdict = False
             return
@@ -172,7 +175,9 @@ class PrefixedCodec(RegionCodec):
             if self.verdict is None:
                 self.verdict = False
             elif self._matched:
-                self.fail(self._error or "the output ended inside the call", truncated=truncated and not self._error)
+                self.fail(
+                    self._error or "the output ended inside the call", truncated=truncated and not self._error
+                )
             return
         self._inner.close(truncated=truncated)
         self._pull()

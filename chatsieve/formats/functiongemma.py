@@ -22,6 +22,7 @@ class FunctionGemmaCallCodec(Gemma4CallCodec):
             self._junk[-1] = ESCAPE
         return used
 
+
 FUNCTIONGEMMA = FormatSpec(
     name="functiongemma",
     description="Google FunctionGemma (call:NAME{k:<escape>v<escape>} between function-call markers)",

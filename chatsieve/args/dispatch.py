@@ -198,3 +198,52 @@ class PrefixedCodec(RegionCodec):
 def prefixed_codec(name: str, prefix: str, body: type[RegionCodec]) -> type[PrefixedCodec]:
     """A codec class reading `prefix` then `body` (what a FormatSpec's `codec` takes)."""
     return type(name, (PrefixedCodec,), {"prefix": prefix, "body": body})
+
+
+class RepeatedCodec(RegionCodec):
+    """Calls of `body` one after another until the region's end marker: each time
+    the body codec ends itself, a new one reads what follows (OLMo 3's
+    newline-separated pythonic calls)."""
+
+    body: type[RegionCodec]
+
+    def __init__(self, ctx: CallContext) -> None:
+        super().__init__(ctx)
+        self._inner = self.body(ctx)
+
+    def feed(self, text: str) -> int:
+        i = 0
+        while True:
+            used = self._inner.feed(text[i:])
+            self._pull()
+            i += used
+            if i >= len(text):
+                return i
+            if not text[i:].strip(_WS) or self.verdict is not True:
+                return i  # only whitespace left, or an undecided tentative region
+            self._inner = self.body(CallContext(self.ctx.tools, opener=self.ctx.opener))
+
+    def marker(self, marker: str) -> bool:
+        used = self._inner.marker(marker)
+        self._pull()
+        return used
+
+    def close(self, *, truncated: bool) -> None:
+        self._inner.close(truncated=truncated)
+        self._pull()
+
+    @property
+    def idle(self) -> bool:
+        return self._inner.idle
+
+    def _pull(self) -> None:
+        inner = self._inner
+        ops, inner.ops = inner.ops, []
+        self.ops.extend(ops)
+        self.in_call = inner.in_call
+        if self.verdict is None:
+            self.verdict = inner.verdict
+
+
+def repeated_codec(name: str, body: type[RegionCodec]) -> type[RepeatedCodec]:
+    return type(name, (RepeatedCodec,), {"body": body})

@@ -14,6 +14,7 @@ from .json import JsonScanner
 
 _WS = " \t\r\n"
 _NAME = re.compile(r"[\w.\-:]+")
+_NAME_RUN = re.compile(r"[\w.\-:]*")
 _MAX_NAME = 256
 
 NAME, ARGS_START, ARGS, DONE = range(4)
@@ -25,6 +26,9 @@ class NamedJsonCodec(RegionCodec):
 
     terminator = ">"
     content_name: str | None = None
+    # the name follows the opener directly: anything else means the opener was text
+    # (the region ends there, the opener is reported, what follows is content again)
+    strict_name = False
 
     def __init__(self, ctx: CallContext) -> None:
         super().__init__(ctx)
@@ -46,6 +50,23 @@ class NamedJsonCodec(RegionCodec):
                 while self._calls and i < n and text[i] in _WS:
                     i += 1
                 return i
+            if st == NAME and self.strict_name:
+                j = _NAME_RUN.match(text, i).end()
+                self._name.append(text[i:j])
+                self._len += j - i
+                if j == n:
+                    return n
+                if text[j] == self.terminator and self._len and self._len <= _MAX_NAME:
+                    if self._name_done():
+                        return j + 1
+                    i = j + 1
+                    continue
+                raw = (self.ctx.opener or "") + "".join(self._name)
+                self.junk(raw, f"{raw!r} is not followed by a recipient name; not a call")
+                self._st = DONE
+                if self.verdict is None:
+                    self.verdict = False
+                return j
             if st == NAME:
                 j = text.find(self.terminator, i)
                 part = text[i : n if j < 0 else j]

@@ -22,6 +22,7 @@ class FunctionaryV32Codec(NamedJsonCodec):
 
     terminator = "\n"
     content_name = "all"
+    strict_name = True
 
 
 FUNCTIONARY_V31 = FormatSpec(

@@ -55,7 +55,7 @@ def test_hy3_empty_suffix_is_hunyuan_and_bad_suffix_is_refused():
 
 NEW_FAMILIES = (
     "seed_oss", "nemotron", "nemotron3", "phi4_mini", "jamba", "apriel", "lfm2", "functiongemma",
-    "cohere_command", "granite", "granite4", "xlam", "hunyuan_a13b", "internlm2", "intern_s1", "ernie45",
+    "cohere_command", "granite", "granite4", "granite_20b_fc", "xlam", "hunyuan_a13b", "internlm2", "intern_s1", "ernie45",
     "olmo3", "step3", "step3p5", "longcat", "apertus", "gigachat3", "minimax_m3", "kimi_k3", "minicpm5",
     "functionary_v31", "functionary_v32", "kimi_vl",
 )  # fmt: skip

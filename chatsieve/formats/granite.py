@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..args.dispatch import JsonCallsCodec
+from ..args.llama3 import _CallObject
 from ..spec import FormatSpec
 from .qwen3 import HERMES
 
@@ -40,4 +41,19 @@ GRANITE4 = dataclasses.replace(
     template=None,
 )
 
-SPECS = (GRANITE, GRANITE4)
+# granite-20b-functioncalling: each call is `<function_call> {"name", "arguments"}`; the
+# object ends the call (no closing marker), so several calls are several markers.
+GRANITE_20B_FC = FormatSpec(
+    name="granite_20b_fc",
+    description="IBM granite-20b-functioncalling (<function_call> JSON objects)",
+    aliases=("granite-20b-fc", "granite_20b_functioncalling", "granite-20b-functioncalling"),
+    call_open=("<function_call>",),
+    codec=_CallObject,
+    end=("<|endoftext|>",),
+    reasoning_doc="none",
+    calls_doc='`<function_call> {"name", "arguments"}` per call (no closing marker)',
+    tokenizer_doc="none staged (text mode)",
+    template=None,
+)
+
+SPECS = (GRANITE, GRANITE4, GRANITE_20B_FC)

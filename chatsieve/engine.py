@@ -4,6 +4,7 @@ emits events. Sans-I/O: `segment()` appends to `out`, `finish()` flushes."""
 from __future__ import annotations
 
 from .args.base import Args, CallContext, End, Fail, Junk, RegionCodec, Start
+from .args.keys import FirstKeyWins, last_key_wins
 from .events import Dropped, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
 from .lexer import Marker, Segment, Text
 from .spec import FormatSpec
@@ -70,6 +71,7 @@ class Engine:
         self._c_close = frozenset(spec.call_close)
         self._end = frozenset(spec.end)
         self._strip = frozenset(spec.strip)
+        self._call_markers = self._c_open | self._c_close | frozenset(spec.inner)
         self._text_open = frozenset(spec.text_call_open)
         self._start_triggers = spec.content_call_start
         self._start_held: str | None = "" if spec.content_call_start else None
@@ -86,6 +88,7 @@ class Engine:
         self._calls = 0  # calls emitted (whole mode) or started (streaming mode)
         self._call: tuple[str, str] | None = None  # the open call's id and name
         self._pending: list[str] = []  # its argument text not yet sent
+        self._keys: FirstKeyWins | None = None  # streaming: drops repeated keys as they come
         self._cur: int | None = None  # streaming mode: index of the open call
         self.truncated = False
         self.called = False
@@ -138,10 +141,11 @@ class Engine:
                 if used < len(text) and region.in_call:  # a codec that forgot its call
                     region.close(truncated=False)
                 self._drain()
-                if used >= len(text):
+                back = region.give_back  # the tail of what it read that was not its own
+                if used >= len(text) and not back:
                     return
                 self._close_region()
-                text, start = text[used:], start + used
+                text, start = back + text[used:], start + used - len(back)
                 continue
             if mode == DONE:
                 self._after_end.append(text)
@@ -204,13 +208,18 @@ class Engine:
                 self._release_label()
                 self._mode = CONTENT
                 self._boundary()
-            elif m in self._c_open:
-                if self.spec.calls_inside_reasoning:
-                    self._release_label()
-                    self._open_region(REASONING, opener=m)
-                else:
-                    self._release_label()
-                    self._open_region(CONTENT, opener=m)
+            elif m in self._c_open and self.spec.calls_inside_reasoning:
+                self._release_label()
+                self._open_region(REASONING, opener=m)
+            elif m in self._c_open and self._block_empty:
+                # a call before any reasoning: the model skipped thinking (an empty block)
+                self._release_label()
+                self._open_region(CONTENT, opener=m)
+            elif m in self._call_markers and not self.spec.calls_inside_reasoning:
+                # Every other family's documented format puts calls after the block
+                # ends: a call written inside it is the model thinking about a call.
+                # It is never executed; its text, markers included, stays reasoning.
+                self._field_text(m, seg.start)
             elif m in self._end:
                 self._release_label()
                 self._mode = DONE
@@ -386,13 +395,21 @@ class Engine:
         for op in ops:
             if isinstance(op, Start):
                 self._call = (self.spec.call_id(op.native_id), op.name)
+                self._keys = FirstKeyWins() if stream else None
                 if stream:
                     self._cur = self._calls
                     self._calls += 1
                     self.out.append(ToolCallStart(self._cur, *self._call))
                     self._flush_args()
             elif isinstance(op, Args):
-                self._pending.append(op.json_text)
+                text = op.json_text
+                if self._keys is not None:
+                    text = self._keys.feed(text)
+                    for key, member in self._keys.dropped:
+                        why = f"repeated argument {key!r}: the value already streamed is kept"
+                        self.out.append(Dropped(member, why))
+                    self._keys.dropped.clear()
+                self._pending.append(text)
                 if stream and self._cur is not None:
                     self._flush_args()
             elif isinstance(op, End) and self._call is not None:
@@ -403,9 +420,12 @@ class Engine:
                 else:
                     index = self._calls
                     self._calls += 1
+                    args, dropped = last_key_wins("".join(self._pending))
                     self.out.append(ToolCallStart(index, *self._call))
-                    self.out.append(ToolCallArgsDelta(index, "".join(self._pending)))
+                    self.out.append(ToolCallArgsDelta(index, args))
                     self.out.append(ToolCallEnd(index))
+                    for key, member in dropped:
+                        self.out.append(Dropped(member, f"repeated argument {key!r}: the later value is kept"))
                 self._forget_call()
             elif isinstance(op, Fail | End):  # an End without a Start is a codec's slip: no call
                 why = op.why if isinstance(op, Fail) else "the call has no name"
@@ -425,6 +445,7 @@ class Engine:
 
     def _forget_call(self) -> None:
         self._call = None
+        self._keys = None
         self._cur = None
         self._pending = []
         self._raw = []

@@ -99,7 +99,7 @@ class Message:
         for c in self.tool_calls:
             try:
                 args = json.loads(c.arguments) if c.arguments else {}
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested too deep to decode
                 args = c.arguments
             item = {"id": c.id, "name": c.name, "arguments": args}
             if c.incomplete:

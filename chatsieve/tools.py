@@ -8,8 +8,16 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .args.json import JsonScanner  # keeps its own stack: any depth, no recursion
+
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+# a number exactly as JSON writes one: no leading zeros, `+`, or bare `1.` / `.5`
+JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+# Python type names people write in tool schemas, as JSON Schema types
+_TYPE_ALIASES = {
+    "int": "integer", "float": "number", "bool": "boolean", "str": "string", "dict": "object", "list": "array",
+}  # fmt: skip
 
 
 class ToolsError(ValueError):
@@ -35,15 +43,16 @@ def normalize_tools(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, dict
 
 
 def schema_types(schema: Mapping[str, Any] | None) -> set[str]:
-    """The JSON types a schema admits (from `type`, `anyOf`/`oneOf`, `enum`)."""
+    """The JSON types a schema admits (from `type`, `anyOf`/`oneOf`, `enum`); the
+    Python names `int`, `float`, `bool`, `str`, `dict`, `list` count as theirs."""
     if not isinstance(schema, Mapping):
         return set()
     t = schema.get("type")
     types: set[str] = set()
     if isinstance(t, str):
-        types.add(t)
+        types.add(_TYPE_ALIASES.get(t, t))
     elif isinstance(t, list):
-        types.update(x for x in t if isinstance(x, str))
+        types.update(_TYPE_ALIASES.get(x, x) for x in t if isinstance(x, str))
     for key in ("anyOf", "oneOf"):
         for sub in schema.get(key) or ():
             types |= schema_types(sub)
@@ -106,8 +115,9 @@ def coerce_raw(raw: str, schema: Mapping[str, Any] | None) -> Any:
 
     A declared string keeps the text as is; integer/number/boolean/null coerce
     matching text; object/array parse JSON. Without a schema, JSON literals,
-    objects and arrays are read as such. Anything else stays the raw string:
-    never lost, never raised.
+    objects and arrays are read as such, and a number only when written exactly
+    as JSON writes one (`02134`, `+1`, `1.` stay text: a zip code keeps its zero).
+    Anything else stays the raw string: never lost, never raised.
     """
     types = schema_types(schema)
     if types and types <= {"string"}:
@@ -129,10 +139,40 @@ def coerce_raw(raw: str, schema: Mapping[str, Any] | None) -> Any:
         if s[:1] in ("{", "["):
             try:
                 return json.loads(s)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested too deep to decode
                 pass
         if not types:
             ok, v = literal_value(s)
-            if ok:
+            if ok and (not isinstance(v, int | float) or isinstance(v, bool) or JSON_NUMBER.fullmatch(s)):
                 return v
     return raw
+
+
+def coerce_json(raw: str, schema: Mapping[str, Any] | None) -> str:
+    """`coerce_raw` as compact JSON text. Numbers keep the digits they were written
+    with (`2.50`, `0.1000000000000000000001`), never a float's rounding; objects
+    and arrays are copied token by token (any depth, nothing decoded)."""
+    types = schema_types(schema)
+    s = raw.strip()
+    if s[:1] in ("{", "[") and (not types or (types & {"object", "array"} and "string" not in types)):
+        text = json_text(s)  # scanned, not decoded: repeated keys stay visible to the engine
+        if text is not None:
+            return text
+    value = coerce_raw(raw, schema)
+    if isinstance(value, float):
+        s = raw.strip()
+        if JSON_NUMBER.fullmatch(s):
+            return s
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # NaN or Infinity read from the text: keep the text
+        return json.dumps(raw, ensure_ascii=False)
+
+
+def json_text(s: str) -> str | None:
+    """One whole JSON object or array as compact JSON text, or None if `s` is not one."""
+    sc = JsonScanner()
+    used = sc.feed(s)
+    if sc.error is not None or not sc.done or s[used:].strip():
+        return None
+    return sc.take()

@@ -8,6 +8,7 @@ end, or failure. One codec instance serves one region, which may hold one call
 
 from __future__ import annotations
 
+import re
 import secrets
 import string
 from collections.abc import Mapping
@@ -15,6 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _ALNUM = string.ascii_letters + string.digits
+# letters, digits and `_`, with `-`, `.` and `:` allowed inside (`files.read`, `mcp:fs-read`)
+_FUNCTION_NAME = re.compile(r"\w(?:[\w.:\-]*\w)?")
+MAX_NAME = 256
+
+
+def valid_function_name(name: str, tools: Mapping[str, Any] | None = None) -> bool:
+    """Whether `name` can be a called function's name: a tool the request declared,
+    or a word of letters, digits and `_` (`-` `.` `:` inside), not only digits.
+    A call whose "name" is anything else (`0`, `::`, `get weather`) is not a call."""
+    if tools and name in tools:
+        return True
+    return len(name) <= MAX_NAME and bool(_FUNCTION_NAME.fullmatch(name)) and not name.isdigit()
 
 
 def openai_call_id(native: str | None = None) -> str:
@@ -67,6 +80,11 @@ class CallContext:
 
 class RegionCodec:
     """Base class: subclasses override `feed`, and `marker`/`close` where needed."""
+
+    # Set by `feed` to end the region: the last characters of what it has used that
+    # belong to the engine after all (say, whitespace held while deciding whether another
+    # call follows). The engine reads them, then the rest of the text, outside the region.
+    give_back: str = ""
 
     def __init__(self, ctx: CallContext) -> None:
         self.ctx = ctx

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .base import CallContext, RegionCodec
+from .base import CallContext, RegionCodec, valid_function_name
 from .json import JsonScanner
 
 _WS = " \t\r\n"
@@ -162,7 +162,7 @@ class SectionCodec(RegionCodec):
         self._st = JSON
 
     def _start(self, name: str, native_id: str | None = None) -> bool:
-        if not NAME.fullmatch(name):
+        if not (NAME.fullmatch(name) and valid_function_name(name, self.ctx.tools)):
             self._err(f"invalid function name {name!r}" if name else "no function name")
             return False
         self.start(name, native_id)

@@ -11,8 +11,8 @@ import json
 import re
 from typing import Any
 
-from ..tools import coerce_raw, items_schema, property_schema, schema_types
-from .base import CallContext, RegionCodec
+from ..tools import coerce_json, items_schema, property_schema, schema_types
+from .base import CallContext, RegionCodec, valid_function_name
 
 QUOTE = '<|"|>'
 _NAME = re.compile(r"[\w\-.]+")
@@ -218,6 +218,9 @@ class Gemma4CallCodec(RegionCodec):
         if not name:
             self._err("no function name")
             return
+        if not valid_function_name(name, self.ctx.tools):
+            self._err(f"invalid function name {name!r}")
+            return
         self._name = name  # announced once its `{` arrives: only then is it a call
 
     # ---- containers and values --------------------------------------------------------------
@@ -270,7 +273,7 @@ class Gemma4CallCodec(RegionCodec):
             return
         schema = self._value_schema()
         self._sep()
-        self.args(_dump(coerce_raw(raw, schema)))
+        self.args(coerce_json(raw, schema))
         self._value_done()
 
     def _begin_string(self, *, key: bool) -> None:
@@ -296,7 +299,7 @@ class Gemma4CallCodec(RegionCodec):
 
     def _string_done(self) -> None:
         if self._string_buffered:
-            self.args(_dump(coerce_raw("".join(self._string_parts), self._string_schema)))
+            self.args(coerce_json("".join(self._string_parts), self._string_schema))
         else:
             self.args('"')
         self._value_done()

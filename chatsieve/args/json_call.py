@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from .base import CallContext, RegionCodec
+from ..tools import json_text
+from .base import CallContext, RegionCodec, valid_function_name
 from .json import JsonScanner
 
 _WS = " \t\r\n"
@@ -163,6 +164,9 @@ class JsonCallCodec(RegionCodec):
             if not isinstance(name, str) or not name:
                 self._error = "the call's name is not a non-empty string"
                 return
+            if not valid_function_name(name, self.ctx.tools):
+                self._error = f"invalid function name {name[:64]!r}"
+                return
             if self._name is not None:
                 self._error = "two names in one call"
                 return
@@ -175,14 +179,13 @@ class JsonCallCodec(RegionCodec):
             self.args("".join(self._early))
             self._early.clear()
         elif kind == "args-str":
-            try:
-                value = json.loads(json.loads(self._parts_take()))
-            except ValueError:
-                value = None
-            if not isinstance(value, dict):
+            inner = json.loads(self._parts_take())  # a whole JSON string: it decodes
+            # scanned, not decoded: any depth, numbers as written, repeated keys reported
+            value = json_text(inner.strip()) if inner.lstrip().startswith("{") else None
+            if value is None:
                 self._error = "arguments is a string that does not hold a JSON object"
                 return
-            self._emit_or_hold(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+            self._emit_or_hold(value)
         elif kind == "bad-args":
             self._error = f"arguments is not an object: {self._parts_take()}"
         self._kind = ""

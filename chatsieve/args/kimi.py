@@ -27,16 +27,20 @@ _WS = " \t\r\n"
 
 def name_from_id(call_id: str, tools: Mapping[str, object]) -> tuple[str, bool]:
     """The function name in a Kimi call id, and whether the id carries an index (then
-    it is kept as the call's id)."""
+    it is kept as the call's id). "" when the id names no function: an id that is
+    neither `functions.NAME`, nor `NAME:IDX`, nor a declared tool (`call_3`, `0`)."""
     m = _ID.fullmatch(call_id)
     if m is None:
         return "", False
     name = m.group("name")
+    indexed = m.group("index") is not None
     if tools and name not in tools:
         loose = _LOOSE_ID.fullmatch(call_id)
         if loose and loose.group("name") in tools:
             return loose.group("name"), True
-    return name, m.group("index") is not None
+    if not (indexed or call_id.startswith("functions.") or (tools and name in tools)):
+        return "", False
+    return name, indexed
 
 
 def kimi_call_id(native: str | None) -> str:
@@ -55,6 +59,9 @@ class KimiCallCodec(SectionCodec):
     def _head_done(self, head: str) -> None:
         name, indexed = name_from_id(head, self.ctx.tools)
         self._st = PRELUDE
+        if not name and head:
+            self._err(f"the call id {head[:64]!r} names no function (Kimi writes functions.NAME:IDX)")
+            return
         self._start(name, head if indexed else None)
 
     def _prelude(self, text: str, i: int) -> int:

@@ -1,11 +1,14 @@
 """Runs of `{"name", "arguments"|"parameters"}` call objects with a separator:
 `{…}; {…}` (Llama 3.x JSON tool calls) or `[{…}, {…}]` (Mistral before v11).
 
-Each object is read by JsonCallCodec. Without brackets the separator must follow
-an object directly (`};`), else the calls are over and the region ends itself there
-(so text after a call keeps its whitespace); with brackets it ends after `]`. Opened
-by plain text (tentative), it is a call only once the first object names a tool of
-the request -- with no tools given, never.
+Each object is read by JsonCallCodec. Without brackets, objects are separated by the
+separator (spaces around it allowed) or by a line break; anything else after an object
+ends the calls, and the region ends itself there, giving back the whitespace it held
+(text after a call keeps it). An object after a line break is a call only once it
+names a tool (any name when no tools are given); until then it may be content, and if
+it is not a call it goes back to the engine whole. With brackets the region ends after
+`]`. Opened by plain text (tentative), the run is a call only once its first object
+names a tool of the request -- with no tools given, never.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class JsonCallSequence(RegionCodec):
         self._st = OPEN if self.brackets else FIRST
         self._obj: _CallObject | None = None
         self._error: str | None = None
+        self._gap = ""  # whitespace after an object, held until what follows decides
+        self._probe: list[str] | None = None  # the text of an object after a line break, undecided
 
     # ---- interface ---------------------------------------------------------------------
     def feed(self, text: str) -> int:
@@ -50,8 +55,16 @@ class JsonCallSequence(RegionCodec):
                 return i
             if st == OBJECT:
                 used = self._obj.feed(text[i:])
+                if self._probe is not None:
+                    self._probe.append(text[i : i + used])
                 i += used
                 self._pull()
+                if self._probe is not None and self._obj.verdict is False:
+                    # not a call after all: the line break and the object are content
+                    self.give_back = "".join(self._probe)
+                    self._probe = self._obj = None
+                    self._st = DONE
+                    return i
                 if self._obj.complete:
                     self._obj.close(truncated=False)
                     self._pull()
@@ -59,11 +72,30 @@ class JsonCallSequence(RegionCodec):
                     self._st = AFTER
                 continue
             c = text[i]
-            if st == AFTER and not self.brackets and c != self.sep:
-                # the calls are over (a separator follows its object directly); what
-                # comes next, whitespace included, is the engine's again
-                self._st = DONE
-                return i
+            if st == AFTER and not self.brackets:
+                j = i
+                while j < n and text[j] in _WS:
+                    j += 1
+                self._gap += text[i:j]
+                i = j
+                if i == n:
+                    break
+                if text[i] == self.sep:
+                    self._gap = ""
+                    self._st = NEXT
+                    i += 1
+                elif text[i] == "{" and "\n" in self._gap:
+                    self._probe = [self._gap]
+                    self._gap = ""
+                    self._obj = self.call_object(CallContext(self.ctx.tools, tentative=True))
+                    self._st = OBJECT
+                else:
+                    # the calls are over; what comes next, whitespace included, is the
+                    # engine's again
+                    self.give_back, self._gap = self._gap, ""
+                    self._st = DONE
+                    return i
+                continue
             if c in _WS:
                 i += 1
                 continue
@@ -100,12 +132,17 @@ class JsonCallSequence(RegionCodec):
 
     def marker(self, marker: str) -> bool:
         if self._st == OBJECT and self._error is None:
+            if self._probe is not None and self._obj.verdict is None:
+                self._drop_probe()  # a control token before it named a tool: not a call
+                return False
             used = self._obj.marker(marker)
             self._pull()
             return used
         return False
 
     def close(self, *, truncated: bool) -> None:
+        if self._probe is not None and self._obj.verdict is None:
+            self._drop_probe()
         if self._st == OBJECT:
             self._obj.close(truncated=truncated)
             self._pull()
@@ -121,13 +158,24 @@ class JsonCallSequence(RegionCodec):
 
     @property
     def idle(self) -> bool:
-        return self._st in (OPEN, FIRST) and not self.in_call
+        return self._st in (OPEN, FIRST, DONE) and not self.in_call
 
     # ---- helpers ---------------------------------------------------------------------------
+    def _drop_probe(self) -> None:
+        """An undecided object after a line break that cannot be given back (the output
+        ended, or a control token came): reported, never a call."""
+        self.junk("".join(self._probe), "text after the calls, ended before it named a tool")
+        self._probe = self._obj = None
+        self._st = DONE
+
     def _pull(self) -> None:
         """Take over the current object's ops; decide a tentative region at its name."""
         obj = self._obj
         ops, obj.ops = obj.ops, []
+        if self._probe is not None:
+            if obj.verdict is not True:
+                return  # nothing comes out before the name decides
+            self._probe = None  # it named a tool: a call
         self.in_call = obj.in_call
         if self.verdict is None:
             for op in ops:

@@ -13,7 +13,7 @@ import re
 import secrets
 import string
 
-from .base import CallContext, RegionCodec
+from .base import CallContext, RegionCodec, valid_function_name
 from .json import JsonScanner
 from .llama3 import JsonCallSequence
 
@@ -65,6 +65,7 @@ class MistralCallCodec(RegionCodec):
             if st == LIST:
                 used = self._list.feed(text[i:])
                 self._pull()
+                self.give_back = self._list.give_back
                 return i + used
             if st == DONE:
                 return i
@@ -169,6 +170,9 @@ class MistralCallCodec(RegionCodec):
     def _check_name(self) -> bool:
         if not self._name:
             self._err("a call with no function name")
+            return False
+        if not valid_function_name(self._name, self.ctx.tools):
+            self._err(f"invalid function name {self._name[:64]!r}")
             return False
         return True
 

@@ -11,7 +11,7 @@ import json
 import re
 import unicodedata
 
-from .base import CallContext, RegionCodec
+from .base import CallContext, RegionCodec, valid_function_name
 from .json import _NUMBER as JSON_NUMBER
 
 _WS = " \t\r\n"
@@ -51,6 +51,8 @@ def python_number(lexeme: str) -> str | None:
         return None
     if JSON_NUMBER.fullmatch(s):
         return ("-" if negative else "") + s
+    if len(s) > 1 and s[0] == "0" and s.isdigit() and s.strip("0"):
+        return None  # `007`: Python has no such literal (never read as 7)
     try:
         value: int | float = int(s, 0)
     except ValueError:
@@ -233,6 +235,9 @@ class PythonicCallCodec(RegionCodec):
 
     def _open_call(self) -> None:
         name = self._buf
+        if not valid_function_name(name, self.ctx.tools):
+            self._err(f"invalid function name {name[:64]!r}")
+            return
         if self.verdict is None:  # opened by plain text: a call only for a known tool
             self.verdict = name in self.ctx.tools
             if not self.verdict:

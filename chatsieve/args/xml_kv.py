@@ -3,31 +3,43 @@ streamed to JSON by one codec parameterised by a family's tag strings (`XmlKvSyn
 
 A call is `CALL_OPEN name NAME_CLOSE (KEY_OPEN key KEY_CLOSE VALUE_OPEN value
 VALUE_CLOSE)* CALL_CLOSE`. Values are raw text typed by the tool's JSON Schema
-(`coerce_raw`): a value declared a string streams as JSON string fragments as it
+(`coerce_json`): a value declared a string streams as JSON string fragments as it
 arrives; any other value is emitted once whole. Markers inside a value are literal
 text, except `structural` ones (the region's end, the turn's end).
+
+Values are raw text, so they can hold the tags themselves (a file that contains
+`</parameter>`). A tag inside a value counts only when what follows it continues the
+call, and the value's tail is held back until that is clear:
+- VALUE_CLOSE, when whitespace and then KEY_OPEN with a parameter of this tool (any
+  name without a schema), CALL_CLOSE, or the region's end follow;
+- KEY_OPEN with a declared parameter other than this one (without a schema: at the
+  start of a line), and CALL_CLOSE followed by the region's end or the next call:
+  the model left VALUE_CLOSE out, and the value ends there (repaired, reported).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..tools import coerce_raw, property_schema, schema_types
-from .base import CallContext, RegionCodec
+from ..tools import JSON_NUMBER, coerce_json, json_text, property_schema, schema_types
+from .base import CallContext, Junk, RegionCodec, valid_function_name
 
 _WS = " \t\r\n"
 _NAME = re.compile(r"[^\s<>\"'{}\[\],]+")
 _ATTR_HEAD = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=]+))(.*)""", re.S)
 _STRING_ATTR = re.compile(r"""\s*string\s*=\s*["']?(true|false)["']?\s*""", re.S)
 _MAX_HEAD = 256  # a name or key longer than this is not one
+_MAX_GAP = 256  # whitespace between a tag inside a value and what decides it
 
 # states
 OUTSIDE, NAME, ARGS, KEY, PRE_VALUE, VALUE = "outside", "name", "args", "key", "pre-value", "value"
 RECOVER, ENDED = "recover", "ended"  # after a malformed call; after a tentative region's call
+PEEK = "peek"  # a tag inside a value, held until what follows says whether it counts
 
 
 @dataclass(frozen=True)
@@ -58,9 +70,10 @@ class XmlKvSyntax:
             ARGS: (self.key_open, self.call_close),
             KEY: (self.key_close, self.call_open),
             PRE_VALUE: (self.value_open,) if self.value_open else (),
-            VALUE: (self.value_close,),
+            VALUE: (self.value_close, self.key_open, self.call_close),
             RECOVER: (self.call_open, self.call_close),
             ENDED: (),
+            PEEK: (),
         }
         return {k: tuple(dict.fromkeys(s for s in v if s)) for k, v in out.items()}
 
@@ -83,6 +96,20 @@ class XmlKvSyntax:
 
 def _dump(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+
+
+def _raw_json(raw: str) -> str | None:
+    """Raw text that is one JSON value, as compact JSON keeping its numbers as written;
+    None if it is not JSON."""
+    s = raw.strip(_WS)
+    if s[:1] in ("{", "["):
+        return json_text(s)
+    if JSON_NUMBER.fullmatch(s):
+        return s
+    try:
+        return json.dumps(json.loads(s), ensure_ascii=False, allow_nan=False)  # a string or literal
+    except ValueError:  # not JSON, or NaN/Infinity
+        return None
 
 
 def _esc(s: str) -> str:
@@ -116,43 +143,24 @@ class XmlKvCodec(RegionCodec):
         self._streaming = False  # the current value streams as a JSON string
         self._v_started = False
         self._v_hold = ""  # a trailing newline that may be trimmed
+        self._v_nl = True  # the value so far is empty or ends a line
+        self._cur_key = ""  # the parameter whose value is being read
+        self._peek_tag = ""  # PEEK: the tag inside the value being decided
 
     # ---- interface -------------------------------------------------------------------
     def feed(self, text: str) -> int:
-        syn = self.syntax
         old = len(self._held)
         buf = self._held + text
         self._held = ""
-        i, n = 0, len(buf)
-        while i < n:
-            st = self._st
-            if st == ENDED or self.verdict is False:
-                return max(i - old, 0) if st == ENDED else len(text)
-            pat = syn.patterns[st]
-            m = pat.search(buf, i) if pat is not None else None
-            if m is None:
-                pre, longest = syn.prefixes[st]
-                keep = 0
-                for k in range(min(longest, n - i), 0, -1):
-                    if buf[n - k :] in pre:
-                        keep = k
-                        break
-                self._text(buf[i : n - keep])
-                if self._st != st or self.verdict is False:
-                    continue  # the text failed the call: look again from its start
-                self._held = buf[n - keep :]
-                return len(text)
-            self._text(buf[i : m.start()])
-            if self._st != st or self.verdict is False:
-                continue
-            i = m.end()
-            self._tag(m.group())
-        if self._st == ENDED:
-            return n - old
-        return len(text)
+        end = self._scan(buf, final=False)
+        return len(text) if end is None else max(end - old, 0)
 
     def marker(self, marker: str) -> bool:
-        if self._st == VALUE and marker not in self.syntax.structural:
+        if self._st == PEEK and marker in self.syntax.structural:
+            held, self._held = self._held, ""
+            self._scan(held, final=True)  # the region ends here: the held tag is decided
+            return False
+        if self._st in (VALUE, PEEK) and marker not in self.syntax.structural:
             self.feed(marker)  # a delimiter inside a value is just text
             return True
         return False
@@ -160,7 +168,7 @@ class XmlKvCodec(RegionCodec):
     def close(self, *, truncated: bool) -> None:
         held, self._held = self._held, ""
         if held:
-            self._text(held)
+            self._scan(held, final=True)
         st = self._st
         if self.verdict is None or self.verdict is False:
             self.verdict = False  # undecided plain text: not a call
@@ -188,6 +196,109 @@ class XmlKvCodec(RegionCodec):
                 self.junk(junk, "text in the tool-call block outside any call")
 
     # ---- text and tags -----------------------------------------------------------------
+    def _scan(self, buf: str, *, final: bool) -> int | None:
+        """Run the state machine over `buf`. Returns where the region ended itself (a
+        tentative region's call is done), else None. Not `final`: a tail that may still
+        become a stop, or a tag inside a value not yet decided, is held for the next feed."""
+        syn = self.syntax
+        i, n = 0, len(buf)
+        while i < n:
+            st = self._st
+            if st == ENDED:
+                return i
+            if self.verdict is False:
+                return None
+            if st == PEEK:
+                verdict = self._peek(buf, i, final)
+                if verdict is None:
+                    self._held = buf[i:]
+                    return None
+                tag, self._st = self._peek_tag, VALUE
+                if not verdict:
+                    self._value_text(tag)  # the value's own text
+                    i += len(tag)
+                    continue
+                if tag == syn.value_close:
+                    i += len(tag)
+                else:  # the value ends before the tag, which is read again as itself
+                    why = f"no {syn.value_close} before {tag}: the value of {self._cur_key!r} ends there (repaired)"
+                    self.ops.append(Junk("", why))
+                self._value_done()
+                self._st = ARGS
+                continue
+            pat = syn.patterns[st]
+            m = pat.search(buf, i) if pat is not None else None
+            if m is None:
+                keep = 0
+                if not final:
+                    pre, longest = syn.prefixes[st]
+                    for k in range(min(longest, n - i), 0, -1):
+                        if buf[n - k :] in pre:
+                            keep = k
+                            break
+                self._text(buf[i : n - keep])
+                if self._st != st or self.verdict is False:
+                    continue  # the text failed the call: look again from its start
+                self._held = buf[n - keep :]
+                return None
+            self._text(buf[i : m.start()])
+            if self._st != st or self.verdict is False:
+                continue
+            if st == VALUE:
+                self._peek_tag = m.group()
+                self._st = PEEK
+                i = m.start()
+                continue
+            i = m.end()
+            self._tag(m.group())
+        return n if self._st == ENDED else None
+
+    def _peek(self, buf: str, i: int, final: bool) -> bool | None:
+        """Whether the tag at `i`, inside a value, counts (None: not clear yet)."""
+        syn = self.syntax
+        tag = self._peek_tag
+        j = i + len(tag)
+        if tag == syn.key_open:
+            return self._next_key(buf, j, final, missing_close=True)
+        k = j
+        n = len(buf)
+        while k < n and buf[k] in _WS:
+            k += 1
+        if k - j > _MAX_GAP:
+            return False
+        if k == n:
+            return True if final else None  # only whitespace, then the region's end
+        if tag == syn.call_close:  # `</function>` with no `</parameter>` before it
+            nxt = syn.call_open  # ... counts before the region's end or the next call
+            if buf.startswith(nxt, k):
+                return True
+            return None if not final and nxt.startswith(buf[k : k + len(nxt)]) else False
+        if syn.call_close and buf.startswith(syn.call_close, k):
+            return True
+        if buf.startswith(syn.key_open, k):
+            return self._next_key(buf, k + len(syn.key_open), final, missing_close=False)
+        if any(t and t.startswith(buf[k : k + len(t)]) for t in (syn.call_close, syn.key_open)):
+            return True if final else None
+        return False
+
+    def _next_key(self, buf: str, p: int, final: bool, *, missing_close: bool) -> bool | None:
+        """Whether a KEY_OPEN at `p` (its key starts there) continues this call."""
+        syn = self.syntax
+        e = buf.find(syn.key_close, p, p + _MAX_HEAD + len(syn.key_close))
+        if e < 0:
+            if len(buf) - p >= _MAX_HEAD + len(syn.key_close):
+                return False
+            return (not missing_close) if final else None
+        raw = buf[p:e].strip(_WS)
+        key = self._unquote(raw)[0] if syn.quoted else raw
+        if not key or any(c in key for c in "<>\n"):
+            return False
+        schema = self.ctx.tools.get(self._name)
+        props = schema.get("properties") if isinstance(schema, Mapping) else None
+        if isinstance(props, Mapping) and props:
+            return key in props and not (missing_close and key == self._cur_key)
+        return self._v_nl if missing_close else True
+
     def _text(self, s: str) -> None:
         if not s:
             return
@@ -258,7 +369,7 @@ class XmlKvCodec(RegionCodec):
         raw = "".join(self._buf).strip(_WS)
         self._buf = []
         name, rest = self._unquote(raw) if self.syntax.quoted else (raw, "")
-        if not _NAME.fullmatch(name) or rest.strip(_WS):
+        if not valid_function_name(name, self.ctx.tools) or rest.strip(_WS):
             self._err(f"no valid function name in {raw[:40]!r}")
             return
         if self.verdict is None and self.ctx.tools and name not in self.ctx.tools:
@@ -293,6 +404,7 @@ class XmlKvCodec(RegionCodec):
             self._err(f"no valid parameter name in {raw[:40]!r}")
             return
         self._key_kind = kind
+        self._cur_key = key
         self._key_schema = property_schema(self.ctx.tools.get(self._name), key)
         self.args(("," if self._nargs else "") + _dump(key) + ":")
         self._nargs += 1
@@ -305,11 +417,14 @@ class XmlKvCodec(RegionCodec):
             self._streaming = bool(types) and types <= {"string"}
         self._v_started = False
         self._v_hold = ""
+        self._v_nl = True  # the value so far is empty or ends a line
         self._buf = []
         if self._streaming:
             self.args('"')
 
     def _value_text(self, s: str) -> None:
+        if s:
+            self._v_nl = s[-1] == "\n"
         trim = self.syntax.trim_newline
         if not self._v_started:
             self._v_started = True
@@ -334,16 +449,10 @@ class XmlKvCodec(RegionCodec):
         self._buf = []
         if self.syntax.trim_newline and raw.endswith("\n"):
             raw = raw[:-1]
-        value = coerce_raw(raw, self._key_schema)
-        if self._key_kind == "false":
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                pass
-        try:
-            self.args(json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
-        except ValueError:  # NaN or Infinity read from the text: keep the text
-            self.args(_dump(raw))
+        if self._key_kind == "false":  # DSML `string="false"`: the value is JSON
+            self.args(_raw_json(raw) or coerce_json(raw, self._key_schema))
+            return
+        self.args(coerce_json(raw, self._key_schema))
 
     # ---- helpers ---------------------------------------------------------------------------
     @staticmethod

@@ -9,9 +9,7 @@ regions (`_drain`) and diagnostics.
 
 from __future__ import annotations
 
-import re
-
-from ..args.base import CallContext
+from ..args.base import CallContext, valid_function_name
 from ..args.harmony import HarmonyArgsCodec
 from ..engine import Engine, FieldSink
 from ..events import Dropped
@@ -27,7 +25,6 @@ REASONING, CONTENT, CALLBODY, DROP = "reasoning", "content", "call", "drop"
 
 _WS = " \t\r\n"
 _ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-:=/ \t\r\n")
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]*")
 _FUNCTIONS = "functions."
 
 
@@ -63,6 +60,8 @@ class HarmonyEngine(Engine):
         self._drop_why = ""
         self._skip: list[str] = []
         self._skip_why = ""
+        self._analysis_open = False  # an analysis body was cut by a new header, not ended
+        self._message_at = 0  # where the current message's body began (`<|message|>`)
         self._new_header(explicit=False)
         self._from_prompt(self._prompt)
 
@@ -82,7 +81,7 @@ class HarmonyEngine(Engine):
         self._role = [role.replace(CONSTRAIN, " ")]
         self._tok, self._toklen = "", 0
         if has_channel:
-            self._chan = [chan.replace(CHANNEL, " ").replace(CONSTRAIN, " ")]
+            self._chan = [chan.rpartition(CHANNEL)[2].replace(CONSTRAIN, " ")]  # the last one wins
             self._explicit = True
         else:
             self._explicit = not self._role_plausible(self._role[0])
@@ -129,10 +128,7 @@ class HarmonyEngine(Engine):
             if m == CHANNEL:
                 self._hraw.append(m)
                 self._explicit = True
-                if self._chan is None:
-                    self._chan = []
-                else:
-                    self._header_add(" ", m, seg.start)
+                self._chan = []  # a repeated channel: the last one wins (`commentary<|channel|>final`)
                 return
             if m == CONSTRAIN:
                 self._hraw.append(m)
@@ -141,6 +137,7 @@ class HarmonyEngine(Engine):
                 return
             if m == MESSAGE:
                 self._hraw.append(m)
+                self._message_at = seg.start
                 self._open_body()
                 return
         elif mode == SKIP and m in (MESSAGE, CONSTRAIN):
@@ -155,7 +152,9 @@ class HarmonyEngine(Engine):
             self.out.append(Dropped(m, f"{m} out of place inside a message; removed"))
             return
         # a marker that ends what came before: a message, a header, a stray
+        cut_analysis = mode == BODY and self._kind == REASONING
         self._end_current(truncated=False)
+        self._analysis_open = cut_analysis and m in (START, CHANNEL)
         if m == START:
             self._new_header(explicit=True)
             self._hraw.append(m)
@@ -259,13 +258,21 @@ class HarmonyEngine(Engine):
     # ---- bodies --------------------------------------------------------------------
     def _open_body(self) -> None:
         self._initial = False
+        analysis_open, self._analysis_open = self._analysis_open, False
         role, channel, recipient = self._parse_header()
         raw = self._hraw
         if role not in (None, "assistant"):
             self._begin_drop(raw, f"a message from {role!r}, not the assistant; not shown")
         elif recipient is not None and recipient.startswith(_FUNCTIONS) and channel != "final":
+            if analysis_open:
+                # The analysis message was never ended (`<|end|>`): a call header inside
+                # it is the model thinking about a call, not making one.
+                why = "call header inside an unfinished analysis message; not a call"
+                self.out.append(Dropped("".join(raw), why))
+                self._begin_field(REASONING)
+                return
             name = recipient[len(_FUNCTIONS) :]
-            if not _NAME.fullmatch(name):
+            if not valid_function_name(name, self._tools):
                 self._begin_drop(raw, f"tool call not executed: invalid function name {name!r}")
                 return
             self._mode = BODY
@@ -285,6 +292,10 @@ class HarmonyEngine(Engine):
         self._mode = BODY
         self._kind = kind
         self._sink = self._reasoning if kind == REASONING else self._content
+        if kind == REASONING and self._reasoning.started:
+            # several analysis messages: one per line, never glued (held: a message that
+            # brings no text adds none)
+            self._reasoning.write("\n", self._message_at)
 
     def _begin_drop(self, raw: list[str], why: str) -> None:
         self._mode = BODY

@@ -15,6 +15,10 @@ MISTRAL = FormatSpec(
     # Magistral / Ministral reasoning models open [THINK] themselves (their template's
     # default system prompt asks them to); the generation prompt never does.
     default_thinking=False,
+    # With thinking on, text before the first [/THINK] is reasoning even when the
+    # model (or an engine skipping control tokens) left out the [THINK] opener, as for
+    # the other families; a [THINK] the model writes first just opens that block.
+    thinking_starts_in_reasoning=True,
     call_open=("[TOOL_CALLS]",),
     codec=MistralCallCodec,
     inner=(ARGS, CALL_ID),

@@ -78,6 +78,7 @@ class Engine:
         self._start_held_at = 0
         self._replay: list[tuple[str, int, bool]] | None = None  # a tentative region's input
         self._region: RegionCodec | None = None
+        self._text_end = 0  # where the last text segment ended (a region's give_back ends there)
         self._region_return = CONTENT
         self._raw: list[str] = []  # region text since the last finished call, for diagnostics
         self._after_end: list[str] = []
@@ -118,6 +119,7 @@ class Engine:
     # ---- input ---------------------------------------------------------------------
     def segment(self, seg: Segment) -> None:
         if isinstance(seg, Text):
+            self._text_end = seg.start + len(seg.text)
             self._on_text(seg.text, seg.start)
         else:
             self._on_marker(seg)
@@ -379,6 +381,9 @@ class Engine:
                 return False
         self._drain()
         self._close_region()
+        back = region.give_back  # text it held that proved not to be its own
+        if back:
+            self._on_text(back, self._text_end - len(back))
         return True
 
     def _close_region(self) -> None:

@@ -159,10 +159,8 @@ def coerce_json(raw: str, schema: Mapping[str, Any] | None) -> str:
         if text is not None:
             return text
     value = coerce_raw(raw, schema)
-    if isinstance(value, float):
-        s = raw.strip()
-        if JSON_NUMBER.fullmatch(s):
-            return s
+    if isinstance(value, float) and JSON_NUMBER.fullmatch(s):
+        return s
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except ValueError:  # NaN or Infinity read from the text: keep the text

@@ -162,9 +162,9 @@ class JsonCallSequence(RegionCodec):
 
     # ---- helpers ---------------------------------------------------------------------------
     def _drop_probe(self) -> None:
-        """An undecided object after a line break that cannot be given back (the output
-        ended, or a control token came): reported, never a call."""
-        self.junk("".join(self._probe), "text after the calls, ended before it named a tool")
+        """An object after a line break that the output's end or a control token cut
+        before it named a tool: never a call; it goes back to the engine."""
+        self.give_back = "".join(self._probe)
         self._probe = self._obj = None
         self._st = DONE
 
@@ -215,6 +215,7 @@ class Llama3JsonCodec(JsonCallSequence):
             return super().feed(text)
         used = self._builtin.feed(text)
         self._pull_builtin()
+        self.give_back = self._builtin.give_back
         return used
 
     def marker(self, marker: str) -> bool:
@@ -222,6 +223,7 @@ class Llama3JsonCodec(JsonCallSequence):
             return super().marker(marker)
         used = self._builtin.marker(marker)
         self._pull_builtin()
+        self.give_back = self._builtin.give_back
         return used
 
     def close(self, *, truncated: bool) -> None:
@@ -230,6 +232,7 @@ class Llama3JsonCodec(JsonCallSequence):
             return
         self._builtin.close(truncated=truncated)
         self._pull_builtin()
+        self.give_back = self._builtin.give_back
 
     def _pull_builtin(self) -> None:
         codec = self._builtin

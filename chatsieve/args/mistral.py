@@ -128,6 +128,7 @@ class MistralCallCodec(RegionCodec):
         if st == LIST:
             used = self._list.marker(marker)
             self._pull()
+            self.give_back = self._list.give_back
             return used
         if st == JSON and self._sc.in_string:
             self._sc.feed(marker)  # a control string inside a JSON string is text
@@ -155,6 +156,7 @@ class MistralCallCodec(RegionCodec):
         if st == LIST:
             self._list.close(truncated=truncated)
             self._pull()
+            self.give_back = self._list.give_back
         elif self._error is not None:
             self.fail(self._error)
         elif st in (NAME, AFTER_NAME, ID, ARGS_START, JSON):

@@ -81,6 +81,8 @@ class PythonicCallCodec(RegionCodec):
         self._closing = 0  # closing quotes seen inside a triple-quoted string
         self._escape = ""
         self._error: str | None = None
+        self._gap = ""  # whitespace after a bare call, held until what follows decides
+        self._probe: list[str] | None = None  # a bare call's text on a new line, until its `(`
 
     # ---- interface ---------------------------------------------------------------------
     def feed(self, text: str) -> int:
@@ -94,9 +96,14 @@ class PythonicCallCodec(RegionCodec):
                 continue
             if st == DONE:
                 return i
+            if st == AFTER_CALL and not self._bracketed:
+                i = self._after_bare_call(text, i)
+                continue
             if st in (NAME, KW, V_NUMBER, V_WORD):
                 run = _NAME_RUN if st == NAME else _NUMBER_RUN if st == V_NUMBER else _WORD_RUN
                 j = run.match(text, i).end()
+                if self._probe is not None:
+                    self._probe.append(text[i:j])
                 self._buf += text[i:j]
                 i = j
                 if i < n and st == V_NUMBER and text[i] in "+-" and self._sign_fits():
@@ -107,6 +114,8 @@ class PythonicCallCodec(RegionCodec):
                 continue
             c = text[i]
             if c in _WS:
+                if self._probe is not None:
+                    self._probe.append(c)
                 i += 1
                 continue
             i = self._structure(c, i)
@@ -120,7 +129,9 @@ class PythonicCallCodec(RegionCodec):
 
     def close(self, *, truncated: bool) -> None:
         st = self._st
-        if self._error is not None:
+        if self._probe is not None:  # a word on a new line after the calls, never a call
+            self.give_back, self._probe = "".join(self._probe), None
+        elif self._error is not None:
             self.fail(self._error)
         elif self.in_call:
             self.fail("the output ended inside the call", truncated=truncated)
@@ -155,9 +166,15 @@ class PythonicCallCodec(RegionCodec):
                 self._err(f"expected a function call, found {c!r}")
                 return i
         elif st == AFTER_NAME:
+            if c != "(" and self._probe is not None:
+                # a word on a new line after bare calls, not a call: the engine's again
+                self.give_back, self._probe = "".join(self._probe), None
+                self._st = DONE
+                return i
             if c != "(":
                 self._err(f"expected '(' after {self._buf!r}, found {c!r}")
                 return i
+            self._probe = None  # `name(` on a new line: the next call
             self._open_call()
         elif st == KW_OR_CLOSE:
             if c == ")":
@@ -186,15 +203,36 @@ class PythonicCallCodec(RegionCodec):
                 self._st = CALL_OR_END
             elif c == "]" and self._bracketed:
                 self._st = DONE
-            elif not self._bracketed:
-                self._st = DONE  # bare calls are over; the rest is the engine's again
-                return i
             else:
                 self._err(f"expected ',' or ']' after a call, found {c!r}")
                 return i
         else:
             return self._value_structure(c, i)
         return i + 1
+
+    def _after_bare_call(self, text: str, i: int) -> int:
+        """After a call without brackets: `,` or a line break and `name(` go on to the
+        next call; anything else ends the calls, and the held whitespace goes back."""
+        n = len(text)
+        j = i
+        while j < n and text[j] in _WS:
+            j += 1
+        self._gap += text[i:j]
+        if j == n:
+            return n
+        c = text[j]
+        if c == ",":
+            self._gap = ""
+            self._st = CALL_OR_END
+            return j + 1
+        if (c.isalpha() or c == "_") and "\n" in self._gap and not self.ctx.tentative:
+            self._probe = [self._gap]
+            self._gap = ""
+            self._begin_run(NAME)
+            return j
+        self.give_back, self._gap = self._gap, ""
+        self._st = DONE  # the calls are over; the rest is the engine's again
+        return j
 
     def _run_done(self, c: str) -> None:
         """A name/keyword/number/word run ended before character c (not consumed)."""

@@ -178,7 +178,9 @@ class XmlKvCodec(RegionCodec):
             if self._st == ARGS:
                 self._call_done()
         elif st == ARGS and not truncated:
-            self._call_done()  # a missing CALL_CLOSE is tolerated at the region's end
+            if self.syntax.call_close:  # a missing CALL_CLOSE is tolerated at the region's end
+                self.ops.append(Junk("", f"no {self.syntax.call_close}: the call ends with its region (repaired)"))
+            self._call_done()
         elif st in (NAME, ARGS, KEY, PRE_VALUE, VALUE):
             if truncated:
                 self.fail("the output ended inside the call", truncated=True)
@@ -258,7 +260,7 @@ class XmlKvCodec(RegionCodec):
         syn = self.syntax
         tag = self._peek_tag
         j = i + len(tag)
-        if tag == syn.key_open:
+        if tag == syn.key_open and tag != syn.value_close:
             return self._next_key(buf, j, final, missing_close=True)
         k = j
         n = len(buf)
@@ -268,7 +270,7 @@ class XmlKvCodec(RegionCodec):
             return False
         if k == n:
             return True if final else None  # only whitespace, then the region's end
-        if tag == syn.call_close:  # `</function>` with no `</parameter>` before it
+        if tag == syn.call_close and tag != syn.value_close:  # `</function>`, no `</parameter>`
             nxt = syn.call_open  # ... counts before the region's end or the next call
             if buf.startswith(nxt, k):
                 return True

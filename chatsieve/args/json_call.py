@@ -24,6 +24,7 @@ class JsonCallCodec(RegionCodec):
     itself right after the object (families with no closing marker)."""
 
     until_object_end = False
+    name_keys: tuple[str, ...] = ("name",)  # keys that hold the call's name (Cohere: "tool_name")
 
     def __init__(self, ctx: CallContext) -> None:
         super().__init__(ctx)
@@ -139,7 +140,7 @@ class JsonCallCodec(RegionCodec):
     def _begin_value(self, c: str) -> None:
         self._sc = JsonScanner()
         self._st = VALUE
-        if self._key == "name":
+        if self._key in self.name_keys:
             self._kind = "name"
         elif self._key in ARG_KEYS and not self._have_args:
             self._have_args = True

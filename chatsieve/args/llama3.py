@@ -34,6 +34,7 @@ class JsonCallSequence(RegionCodec):
 
     sep = ";"
     brackets = False
+    call_object: type[json_call.JsonCallCodec] = _CallObject  # reads one object; ends at its `}`
 
     def __init__(self, ctx: CallContext) -> None:
         super().__init__(ctx)
@@ -86,7 +87,7 @@ class JsonCallSequence(RegionCodec):
                 elif text[i] == "{" and "\n" in self._gap:
                     self._probe = [self._gap]
                     self._gap = ""
-                    self._obj = _CallObject(CallContext(self.ctx.tools, tentative=True))
+                    self._obj = self.call_object(CallContext(self.ctx.tools, tentative=True))
                     self._st = OBJECT
                 else:
                     # the calls are over; what comes next, whitespace included, is the
@@ -105,7 +106,7 @@ class JsonCallSequence(RegionCodec):
                 self._st = FIRST
             elif st in (FIRST, NEXT):
                 if c == "{":
-                    self._obj = _CallObject(CallContext(self.ctx.tools))
+                    self._obj = self.call_object(CallContext(self.ctx.tools))
                     self._st = OBJECT
                     continue
                 if c == "]" and self.brackets:

@@ -21,6 +21,7 @@ HUNYUAN_SYNTAX = XmlKvSyntax(
 HUNYUAN = FormatSpec(
     name="hunyuan",
     description="Tencent Hunyuan (think/answer blocks; XML key/value calls)",
+    aliases=("hy_v3", "hy3", "hunyuan_hy3", "hunyuan-hy3"),
     reasoning_open=("<think>",),
     reasoning_close=("</think>",),
     default_thinking=True,  # the model writes its own `<think>`

@@ -1,0 +1,59 @@
+"""IBM Granite: 3.x writes plain-text reasoning ("Here is my thought process:" …
+"Here is my response:") when thinking is asked for, and `<|tool_call|>[{"name",
+"arguments"}, …]` call lists; Granite 4 writes Hermes-style `<tool_call>{…}</tool_call>`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..args.dispatch import JsonCallsCodec
+from ..args.llama3 import _CallObject
+from ..spec import FormatSpec
+from .qwen3 import HERMES
+
+GRANITE = FormatSpec(
+    name="granite",
+    description="IBM Granite 3.x (plain-text thought process / response; <|tool_call|> JSON lists)",
+    aliases=("granite3", "granite-3", "granite-3.1", "granite-3.2", "granite-3.3", "granite_3"),
+    reasoning_open=("Here is my thought process:", "Here's my thought process:"),
+    reasoning_close=("Here is my response:", "Here's my response:"),
+    default_thinking=False,  # `thinking=True` in the template asks for it; the model writes the header
+    call_open=("<|tool_call|>",),
+    codec=JsonCallsCodec,
+    end=("<|end_of_text|>", "<|start_of_role|>"),
+    strip=("<|end_of_role|>",),
+    reasoning_doc="plain text `Here is my thought process:` … `Here is my response:` (when asked)",
+    calls_doc='`<|tool_call|>[{"name", "arguments"}, …]` (no closing marker)',
+    tokenizer_doc="none staged (text mode)",
+    template=None,
+)
+
+GRANITE4 = dataclasses.replace(
+    HERMES,
+    name="granite4",
+    description="IBM Granite 4 (Hermes-style <tool_call> JSON; <think> when asked)",
+    aliases=("granite-4", "granite_4", "granite-4.0", "granite4.0"),
+    end=("<|end_of_text|>", "<|start_of_role|>", "<tool_response>"),
+    strip=("<|end_of_role|>", "</tool_response>"),
+    reasoning_doc="`<think>…</think>` when asked",
+    calls_doc='`<tool_call>{"name", "arguments"}</tool_call>`',
+    tokenizer_doc="none staged (text mode)",
+    template=None,
+)
+
+# granite-20b-functioncalling: each call is `<function_call> {"name", "arguments"}`; the
+# object ends the call (no closing marker), so several calls are several markers.
+GRANITE_20B_FC = FormatSpec(
+    name="granite_20b_fc",
+    description="IBM granite-20b-functioncalling (<function_call> JSON objects)",
+    aliases=("granite-20b-fc", "granite_20b_functioncalling", "granite-20b-functioncalling"),
+    call_open=("<function_call>",),
+    codec=_CallObject,
+    end=("<|endoftext|>",),
+    reasoning_doc="none",
+    calls_doc='`<function_call> {"name", "arguments"}` per call (no closing marker)',
+    tokenizer_doc="none staged (text mode)",
+    template=None,
+)
+
+SPECS = (GRANITE, GRANITE4, GRANITE_20B_FC)

@@ -1,0 +1,58 @@
+"""NVIDIA Nemotron: Nano v2 / Super write `<think>` reasoning and
+`<TOOLCALL>[{"name", "arguments"}, …]</TOOLCALL>` call lists; Nemotron 3 writes
+`<think>` reasoning and Qwen3-Coder's XML calls in `<tool_call>`."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..args.dispatch import JsonCallsCodec
+from ..spec import FormatSpec
+from .qwen3_coder import QWEN3_CODER
+
+_END = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
+
+NEMOTRON = FormatSpec(
+    name="nemotron",
+    description="NVIDIA Nemotron Nano v2 / Super (<think> reasoning; <TOOLCALL> JSON lists)",
+    aliases=(
+        "nemotron_json",
+        "nemotron-json",
+        "nemotron_nano_v2",
+        "nemotron-nano-v2",
+        "nemotron_nano",
+        "nemotron_super",
+        "nemotron-super",
+        "llama_nemotron_json",
+    ),
+    reasoning_open=("<think>",),
+    reasoning_close=("</think>",),
+    # reasoning is on unless `/no_think`; the generation prompt then opens `<think>`
+    default_thinking=True,
+    thinking_starts_in_reasoning=True,
+    call_open=("<TOOLCALL>",),
+    call_close=("</TOOLCALL>",),
+    codec=JsonCallsCodec,
+    end=_END,
+    # the list codec ends at `]`, so the close tag usually arrives after the region
+    strip=("</TOOLCALL>",),
+    reasoning_doc="`<think>…</think>`, opened by the prompt, on unless `/no_think`",
+    calls_doc='`<TOOLCALL>[{"name", "arguments"}, …]</TOOLCALL>`',
+    tokenizer_doc="none staged (text mode)",
+    template=None,
+)
+
+NEMOTRON3 = dataclasses.replace(
+    QWEN3_CODER,
+    name="nemotron3",
+    description="NVIDIA Nemotron 3 (thinks by default; Qwen3-Coder XML calls)",
+    aliases=("nemotron-3", "nemotron_v3", "nemotron3_nano", "nemotron-3-nano", "nemotron_3"),
+    default_thinking=True,  # the generation prompt opens `<think>` unless enable_thinking=False
+    thinking_starts_in_reasoning=True,
+    reasoning_doc="`<think>…</think>`, opened by the prompt, on by default",
+    calls_doc="`<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`",
+    tokenizer_doc="none staged (text mode)",
+    template=None,
+)
+
+SPECS = (NEMOTRON, NEMOTRON3)

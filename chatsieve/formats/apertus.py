@@ -21,7 +21,7 @@ APERTUS = FormatSpec(
     strip=("<|tools_suffix|>",),  # the list ends at `]`: the close tag may follow the region
     reasoning_doc="`<|inner_prefix|>…<|inner_suffix|>` (the model opens it)",
     calls_doc='`<|tools_prefix|>[{"NAME": {args}}, …]<|tools_suffix|>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

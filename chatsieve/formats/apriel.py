@@ -23,7 +23,7 @@ APRIEL = FormatSpec(
     strip=("[END FINAL RESPONSE]", "</tool_calls>"),
     reasoning_doc="from the start (`Here are my reasoning steps:`) to `[BEGIN FINAL RESPONSE]`; plain-text markers",
     calls_doc='`<tool_calls>[{"name", "arguments"}, …]</tool_calls>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

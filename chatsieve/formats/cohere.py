@@ -52,7 +52,7 @@ COHERE_COMMAND = FormatSpec(
     ),
     reasoning_doc="`<|START_THINKING|>…<|END_THINKING|>` (the model opens it)",
     calls_doc='`<|START_ACTION|>[{"tool_call_id", "tool_name", "parameters"}, …]<|END_ACTION|>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

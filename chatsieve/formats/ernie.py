@@ -22,7 +22,7 @@ ERNIE45 = FormatSpec(
     strip=("<response>", "</response>"),
     reasoning_doc="`<think>…</think>`, opened by the prompt of the Thinking models; `<response>` tags removed",
     calls_doc='`<tool_call>{"name", "arguments"}</tool_call>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

@@ -43,7 +43,7 @@ FUNCTIONARY_V31 = FormatSpec(
     strip=_STRIP,
     reasoning_doc="none",
     calls_doc="`<function=NAME>{json}</function>` (plain text, at the reply's start)",
-    tokenizer_doc="llama3 (its Llama 3.1 base; tags are plain text, turn ends gated)",
+    tokenizer_doc="llama3",  # its Llama 3.1 base; tags are plain text, turn ends gated
     template=None,
 )
 
@@ -63,7 +63,7 @@ FUNCTIONARY_V32 = FormatSpec(
     strip=_STRIP,
     reasoning_doc="none",
     calls_doc="`>>>NAME\\n{json}`; `>>>all\\n` starts visible text",
-    tokenizer_doc="llama3 (its Llama 3.1 base; tags are plain text, turn ends gated)",
+    tokenizer_doc="llama3",  # its Llama 3.1 base; tags are plain text, turn ends gated
     template=None,
 )
 

@@ -35,7 +35,7 @@ FUNCTIONGEMMA = FormatSpec(
     strip=("<end_function_response>", "<bos>", "<pad>"),
     reasoning_doc="none",
     calls_doc="`<start_function_call>call:NAME{k:<escape>v<escape>}<end_function_call>`",
-    tokenizer_doc="none staged (text mode; its function tokens are not in the staged Gemma 3 vocabulary)",
+    tokenizer_doc="",  # its function tokens are not in the staged Gemma 3 vocabulary: text mode
     template=None,
 )
 

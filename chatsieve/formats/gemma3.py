@@ -101,7 +101,7 @@ GEMMA3 = FormatSpec(
     reasoning_doc="—",
     calls_doc="`[f(a=1, b='x')]` as the first content, or the same (or bare `f(a=1)`) inside a "
     "```` ```tool_code ```` fence; only for tools of the request",
-    tokenizer_doc="`<end_of_turn>`, `<eos>`, `<start_of_turn>` (Gemma 3)",
+    tokenizer_doc="gemma3",
     template="gemma3/tokenizer_config.json.xz",
     call_syntax="pythonic",
 )

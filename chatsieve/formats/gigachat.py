@@ -18,7 +18,7 @@ GIGACHAT3 = FormatSpec(
     strip=("<|message_sep|>",),
     reasoning_doc="none",
     calls_doc='`<|message_sep|>function call<|role_sep|>\\n{"name", "arguments"}` or `<|function_call|>{…}`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

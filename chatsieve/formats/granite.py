@@ -24,7 +24,7 @@ GRANITE = FormatSpec(
     strip=("<|end_of_role|>",),
     reasoning_doc="plain text `Here is my thought process:` … `Here is my response:` (when asked)",
     calls_doc='`<|tool_call|>[{"name", "arguments"}, …]` (no closing marker)',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 
@@ -37,7 +37,7 @@ GRANITE4 = dataclasses.replace(
     strip=("<|end_of_role|>", "</tool_response>"),
     reasoning_doc="`<think>…</think>` when asked",
     calls_doc='`<tool_call>{"name", "arguments"}</tool_call>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 
@@ -52,7 +52,7 @@ GRANITE_20B_FC = FormatSpec(
     end=("<|endoftext|>",),
     reasoning_doc="none",
     calls_doc='`<function_call> {"name", "arguments"}` per call (no closing marker)',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

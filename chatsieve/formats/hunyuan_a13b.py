@@ -19,7 +19,7 @@ HUNYUAN_A13B = dataclasses.replace(
     strip=("<answer>", "</answer>", "</tool_calls>", "<|startoftext|>", "<|bos|>"),
     reasoning_doc="`<think>…</think>` (the model opens it), content in `<answer>…</answer>`",
     calls_doc='`<tool_calls>[{"name", "arguments"}, …]</tool_calls>`',
-    tokenizer_doc="hunyuan (its tags are plain text there: no gating possible; text mode)",
+    tokenizer_doc="hunyuan",  # its tags are plain text there: only the turn end is gated
     template=None,
 )
 

@@ -38,7 +38,7 @@ INTERNLM2 = FormatSpec(
     strip=("<|action_end|>",),
     reasoning_doc="none",
     calls_doc='`<|action_start|><|plugin|>{"name", "parameters"}<|action_end|>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

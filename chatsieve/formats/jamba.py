@@ -17,7 +17,7 @@ JAMBA = FormatSpec(
     strip=("</tool_calls>",),  # the list codec ends at `]`: the close tag may follow the region
     reasoning_doc="none",
     calls_doc='`<tool_calls>[{"name", "arguments"}, …]</tool_calls>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

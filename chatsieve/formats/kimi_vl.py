@@ -20,7 +20,7 @@ KIMI_VL = dataclasses.replace(
     ),
     reasoning_doc="`◁think▷…◁/think▷` (the model opens it)",
     calls_doc="none",
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
 )
 
 SPECS = (KIMI_VL,)

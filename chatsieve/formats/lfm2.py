@@ -21,7 +21,7 @@ LFM2 = FormatSpec(
     strip=("<|tool_call_end|>", "<|tool_response_end|>", "<|startoftext|>"),
     reasoning_doc="`<think>…</think>` when the model writes it",
     calls_doc="`<|tool_call_start|>[f(a=1), g()]<|tool_call_end|>` (or a JSON list)",
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

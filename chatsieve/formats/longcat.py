@@ -24,7 +24,7 @@ LONGCAT = FormatSpec(
     codec=JsonCallCodec,
     reasoning_doc="`<longcat_think>…</longcat_think>` (the model opens it)",
     calls_doc='`<longcat_tool_call>{"name", "arguments"}</longcat_tool_call>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

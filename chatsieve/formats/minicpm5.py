@@ -119,7 +119,7 @@ MINICPM5 = FormatSpec(
     end=("<|im_end|>", "<|im_start|>"),
     reasoning_doc="`<think>…</think>` when the model writes it",
     calls_doc='`<function name="F"><param name="K">V</param></function>` (V may be `<![CDATA[…]]>`)',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

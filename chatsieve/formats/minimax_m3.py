@@ -24,7 +24,7 @@ MINIMAX_M3 = FormatSpec(
     strip=("</mm:think>",),  # the bare sentinel of a turn without reasoning
     reasoning_doc="`<mm:think>…</mm:think>`; opened by the prompt when thinking_mode=enabled",
     calls_doc='`]<]minimax[>[<tool_call>` + `]<]minimax[>[<invoke name="F">` with `]<]minimax[>[<KEY>V]<]minimax[>[</KEY>` elements',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

@@ -38,7 +38,7 @@ NEMOTRON = FormatSpec(
     strip=("</TOOLCALL>",),
     reasoning_doc="`<think>…</think>`, opened by the prompt, on unless `/no_think`",
     calls_doc='`<TOOLCALL>[{"name", "arguments"}, …]</TOOLCALL>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 
@@ -51,7 +51,7 @@ NEMOTRON3 = dataclasses.replace(
     thinking_starts_in_reasoning=True,
     reasoning_doc="`<think>…</think>`, opened by the prompt, on by default",
     calls_doc="`<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`",
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

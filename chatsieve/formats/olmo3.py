@@ -22,7 +22,7 @@ OLMO3 = FormatSpec(
     end=("<|im_end|>", "<|endoftext|>", "<|im_start|>"),
     reasoning_doc="`<think>…</think>` as plain text (OLMo 3 Think: opened by the prompt)",
     calls_doc="`<function_calls>\\nf(a=1)\\ng(b=2)\\n</function_calls>`",
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

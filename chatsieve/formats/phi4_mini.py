@@ -17,7 +17,7 @@ PHI4_MINI = FormatSpec(
     end=("<|end|>", "<|endoftext|>", "<|user|>", "<|assistant|>"),
     reasoning_doc="none",
     calls_doc='`functools[{"name", "arguments"}, …]` as the reply\'s start (plain text)',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

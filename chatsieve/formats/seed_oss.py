@@ -29,7 +29,7 @@ SEED_OSS = FormatSpec(
     end=_END,
     reasoning_doc="`<seed:think>…</seed:think>` (the model opens it; budget notes stay reasoning)",
     calls_doc="`<seed:tool_call><function=NAME><parameter=K>V</parameter></function></seed:tool_call>`",
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

@@ -96,7 +96,7 @@ STEP3 = FormatSpec(
     inner=(SEP, CALL_END),
     reasoning_doc="from the start until `</think>`",
     calls_doc='`<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="F"><steptml:parameter name="K">V</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 
@@ -109,7 +109,7 @@ STEP3P5 = dataclasses.replace(
     thinking_starts_in_reasoning=True,
     reasoning_doc="`<think>…</think>`, opened by the prompt, on by default",
     calls_doc="`<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`",
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

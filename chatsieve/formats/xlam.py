@@ -33,7 +33,7 @@ XLAM = FormatSpec(
     strip=("</tool_call>",),
     reasoning_doc="`<think>…</think>` when the model writes it",
     calls_doc='`[{"name", "arguments"}, …]` as the reply, or in `<tool_call>…</tool_call>` / after `[TOOL_CALLS]`',
-    tokenizer_doc="none staged (text mode)",
+    tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template=None,
 )
 

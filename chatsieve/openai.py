@@ -19,7 +19,6 @@ Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
 
 from __future__ import annotations
 
-import json
 import math
 import time
 import uuid
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chatsieve._json import dumps
 from chatsieve.events import (
     ContentDelta,
     Dropped,
@@ -677,5 +677,11 @@ class CompletionCollector:
 
 def sse(data: Mapping | str) -> bytes:
     """One server-sent event carrying JSON (or the literal ``[DONE]``)."""
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {text}\n\n".encode()
+    if isinstance(data, str):
+        return f"data: {data}\n\n".encode()
+    return b"data: " + dumps(data) + b"\n\n"
+
+
+def sse_all(chunks: Iterable[Mapping]) -> bytes:
+    """Several server-sent events in one buffer (one write to the client)."""
+    return b"".join([b"data: " + dumps(c) + b"\n\n" for c in chunks])

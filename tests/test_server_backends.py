@@ -6,7 +6,6 @@ import asyncio
 import lzma
 import socket
 
-import httpx
 import pytest
 
 pytest.importorskip("starlette")
@@ -23,6 +22,7 @@ from chatsieve.server.backends import (  # noqa: E402
     SglangReader,
     VllmReader,
 )
+from chatsieve.server.client import EngineHTTP  # noqa: E402
 
 KINDS = ("vllm", "sglang", "llamacpp")
 IM_END = 151645
@@ -65,9 +65,12 @@ def engine(qwen, answer_ids):
 
 def _run(kind, url, qwen, req):
     async def go():
-        async with httpx.AsyncClient(timeout=10) as client:
+        client = EngineHTTP(read_timeout=10)
+        try:
             backend = Backend(kind, url, client, lambda i: qwen.decode([i], skip_special_tokens=False))
             return [b async for b in backend.generate(req)]
+        finally:
+            await client.aclose()
 
     return asyncio.run(go())
 

@@ -7,9 +7,12 @@ request -> render_prompt (isolation on) -> prompt ids -> backend -> generated id
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import inspect
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -17,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 from jinja2 import TemplateError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -40,10 +42,13 @@ from chatsieve.openai import (
     finish_reason,
     parse_chat_request,
     sse,
+    sse_all,
     usage,
 )
 from chatsieve.prompt import PromptError
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
+from chatsieve.server.client import EngineHTTP
+from chatsieve.server.pool import ReplicaPool
 
 log = logging.getLogger("chatsieve.server")
 
@@ -69,10 +74,27 @@ class ServerConfig:
     timeout: float = 600.0  # seconds without a byte from the engine before giving up
     max_connections: int = 1024
     warm_up: bool = True  # render one prompt at start-up so the first request does not pay for setup
+    extra_backend_urls: tuple[str, ...] = ()  # more replicas of the engine at backend_url
 
     @property
     def model_name(self) -> str:
         return self.served_model_name or Path(self.model_dir).resolve().name
+
+    @property
+    def backend_urls(self) -> tuple[str, ...]:
+        return (self.backend_url, *self.extra_backend_urls)
+
+    def to_json(self) -> str:
+        d = dataclasses.asdict(self)
+        d["model_dir"] = str(self.model_dir)
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerConfig:
+        d = json.loads(text)
+        d["model_dir"] = Path(d["model_dir"])
+        d["extra_backend_urls"] = tuple(d.get("extra_backend_urls", ()))
+        return cls(**d)
 
 
 class ChatService:
@@ -86,27 +108,27 @@ class ChatService:
         self.stop_token_ids = tuple(sorted(self.tokenizer.stop_token_ids))
         self.token_bytes = self.tokenizer.token_bytes
         self.created = int(time.time())
-        self.client: httpx.AsyncClient | None = None
-        self.backend: Backend | None = None
+        self.client: EngineHTTP | None = None
+        self.backend: ReplicaPool | None = None
 
     async def start(self) -> None:
-        timeout = httpx.Timeout(connect=10.0, read=self.config.timeout, write=30.0, pool=self.config.timeout)
-        limits = httpx.Limits(
-            max_connections=self.config.max_connections,
-            max_keepalive_connections=min(self.config.max_connections, 256),
+        self.client = EngineHTTP(
+            max_connections=self.config.max_connections, read_timeout=self.config.timeout
         )
-        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
-        self.backend = Backend(
-            self.config.backend_kind,
-            self.config.backend_url,
-            self.client,
-            self._token_text,
-            model=self.config.backend_model,
-        )
+        backends = [
+            Backend(
+                self.config.backend_kind, url, self.client, self._token_text, model=self.config.backend_model
+            )
+            for url in self.config.backend_urls
+        ]
+        self.backend = ReplicaPool(backends, self.client)
+        self.backend.start()
         if self.config.warm_up:
             await run_in_threadpool(self._warm_up)
 
     async def stop(self) -> None:
+        if self.backend is not None:
+            await self.backend.stop()
         if self.client is not None:
             await self.client.aclose()
 
@@ -180,7 +202,7 @@ class Generation:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: Backend | ReplicaPool,
         request: GenerationRequest,
         parser: Any,
         calls: ToolCallFilter,
@@ -209,7 +231,7 @@ class Generation:
                         yield self.calls.apply(events)
                 if batch.finish_reason:
                     engine_finish = batch.finish_reason
-                if self.parser.stopped:
+                elif self.parser.stopped:
                     break  # a local stop: closing the stream cancels the engine request
         finally:
             await stream.aclose()
@@ -240,46 +262,42 @@ def backend_error_body(e: BackendError) -> dict:
 
 
 class EventStreamResponse(Response):
-    """Server-sent events from an async iterator; a client disconnect cancels the iterator
-    (and so the engine request) at once, whatever the ASGI server's spec version."""
+    """Server-sent events written by `body(write)`; a client disconnect cancels it (and so the
+    engine request) at once, whatever the ASGI server's spec version."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, body: AsyncIterator[bytes]) -> None:
-        self.body_iterator = body
+    def __init__(self, body: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]) -> None:
+        self.produce = body
         self.status_code = 200
         self.background = None
         self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            async with anyio.create_task_group() as tg:
+        async def write(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
 
-                async def stream() -> None:
-                    try:
-                        await send(
-                            {
-                                "type": "http.response.start",
-                                "status": self.status_code,
-                                "headers": self.raw_headers,
-                            }
-                        )
-                        async for chunk in self.body_iterator:
-                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                        await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    except OSError:
-                        pass  # the client went away mid-send
-                    finally:
-                        tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as tg:
 
-                tg.start_soon(stream)
-                await _wait_for_disconnect(receive)
-                tg.cancel_scope.cancel()
-        finally:
-            aclose = getattr(self.body_iterator, "aclose", None)
-            if aclose is not None:
-                with anyio.CancelScope(shield=True):
-                    await aclose()
+            async def stream() -> None:
+                try:
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": self.status_code,
+                            "headers": self.raw_headers,
+                        }
+                    )
+                    await self.produce(write)
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                except OSError:
+                    pass  # the client went away mid-send
+                finally:
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(stream)
+            await _wait_for_disconnect(receive)
+            tg.cancel_scope.cancel()
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:
@@ -330,7 +348,9 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             log.exception("failed to prepare a request")
             return JSONResponse(error_body("internal error preparing the request", type="server_error"), 500)
         if req.stream:
-            return EventStreamResponse(_stream(gen, req, service.model, service.token_bytes))
+            return EventStreamResponse(
+                functools.partial(_stream, gen, req, service.model, service.token_bytes)
+            )
         return await _until_disconnect(
             request, lambda: _complete(gen, req, service.model, service.token_bytes)
         )
@@ -387,6 +407,13 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     return app
 
 
+def app_from_environ() -> Starlette:
+    """The app for the configuration `chatsieve serve --workers N` put in the environment."""
+    from chatsieve.server import CONFIG_ENV
+
+    return create_app(ServerConfig.from_json(os.environ[CONFIG_ENV]))
+
+
 async def _complete(
     gen: Generation, req: ChatRequest, model: str, token_bytes: Callable[[int], bytes]
 ) -> Response:
@@ -419,9 +446,59 @@ async def _complete(
     )
 
 
+class _Pending:
+    """Events the engine side has produced and the client side has not yet written.
+
+    The writer takes everything pending at once, so when the client reads slower than the
+    engine writes, deltas pile up here and go out merged (ChunkStream merges adjacent deltas
+    of one kind); a client that keeps up gets each batch as it comes, the first at once.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.end: bytes | None = None  # b"" for a normal end, else the error events to send
+        self._ready = anyio.Event()
+
+    def put(self, events: list[Event]) -> None:
+        self.events += events
+        self._ready.set()
+
+    def close(self, end: bytes) -> None:
+        self.end = end
+        self._ready.set()
+
+    async def take(self) -> tuple[list[Event], bytes | None]:
+        if not self.events and self.end is None:
+            await self._ready.wait()
+        events, self.events = self.events, []
+        self._ready = anyio.Event()
+        return events, self.end
+
+
+async def _produce(gen: Generation, pending: _Pending) -> None:
+    try:
+        async with contextlib.aclosing(gen.events()) as events:
+            async for batch in events:
+                pending.put(batch)
+    except BackendError as e:
+        log.warning("backend failed mid-stream: %s", e)
+        pending.close(sse(backend_error_body(e)))
+    except Exception:
+        log.exception("generation failed mid-stream")
+        pending.close(sse(error_body("internal error during generation", type="server_error")))
+    else:
+        pending.close(b"")
+
+
 async def _stream(
-    gen: Generation, req: ChatRequest, model: str, token_bytes: Callable[[int], bytes]
-) -> AsyncIterator[bytes]:
+    gen: Generation,
+    req: ChatRequest,
+    model: str,
+    token_bytes: Callable[[int], bytes],
+    write: Callable[[bytes], Awaitable[None]],
+) -> None:
+    """Write the chunks of `gen` as they come: the engine is read by a task of its own, so a
+    slow client makes the chunks bigger, never the engine wait."""
     chunks = ChunkStream(
         model=model,
         logprobs=req.logprobs,
@@ -429,24 +506,17 @@ async def _stream(
         include_usage=req.include_usage,
         token_bytes=token_bytes,
     )
-    yield sse(chunks.first())
-    events = gen.events()
-    try:
-        async for batch in events:
-            for chunk in chunks.events(batch):
-                yield sse(chunk)
-    except BackendError as e:
-        log.warning("backend failed mid-stream: %s", e)
-        yield sse(backend_error_body(e))
-        yield sse("[DONE]")
-        return
-    except Exception:
-        log.exception("generation failed mid-stream")
-        yield sse(error_body("internal error during generation", type="server_error"))
-        yield sse("[DONE]")
-        return
-    finally:
-        await events.aclose()
-    for chunk in chunks.finish(gen.finish_reason, gen.usage):
-        yield sse(chunk)
-    yield sse("[DONE]")
+    await write(sse(chunks.first()))
+    pending = _Pending()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_produce, gen, pending)
+        while True:
+            events, end = await pending.take()
+            data = sse_all(chunks.events(events)) if events else b""
+            if end is not None:
+                if not end:
+                    end = sse_all(chunks.finish(gen.finish_reason, gen.usage))
+                await write(data + end + sse("[DONE]"))
+                return
+            if data:
+                await write(data)

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -26,8 +28,15 @@ from fake_engines import FakeEngine, Script, ServerThread  # noqa: E402
 from models import model_path  # noqa: E402
 
 import chatsieve  # noqa: E402
-from chatsieve.events import ContentDelta, ReasoningDelta  # noqa: E402
-from chatsieve.openai import parse_chat_request  # noqa: E402
+from chatsieve.events import (  # noqa: E402
+    ContentDelta,
+    Dropped,
+    ReasoningDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from chatsieve.openai import ChunkStream, parse_chat_request, sse_all  # noqa: E402
 from chatsieve.server import build_parser, uvicorn_options  # noqa: E402
 from chatsieve.server.app import _stream  # noqa: E402
 from chatsieve.server.backends import BackendError  # noqa: E402
@@ -151,6 +160,26 @@ def test_an_engine_failure_mid_stream_comes_after_the_deltas_before_it():
     events = [c for w in chunks_of(writes) for c in w]
     assert deltas(events[1]) == {"content": "x"}
     assert events[2]["error"]["message"] == "engine gone" and events[3] == "[DONE]"
+
+
+text = st.text(max_size=6)
+event = st.one_of(
+    st.builds(ContentDelta, text),
+    st.builds(ReasoningDelta, text),
+    st.builds(ToolCallStart, st.integers(0, 2), st.just("call_1"), st.sampled_from(["f", "g\u00e9"])),
+    st.builds(ToolCallArgsDelta, st.integers(0, 2), text),
+    st.builds(ToolCallEnd, st.integers(0, 2)),
+    st.builds(Dropped, text, st.just("why")),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(event, max_size=12), include_usage=st.booleans())
+def test_encoded_chunks_are_the_chunk_dicts_as_json(events, include_usage):
+    cs = ChunkStream(model="m\u00fc", id="chatcmpl-x", created=7, include_usage=include_usage)
+    assert cs.encode(events) == sse_all(cs.events(events))
+    for data in cs.encode(events).split(b"\n\n")[:-1]:
+        assert json.loads(data[6:])["object"] == "chat.completion.chunk"
 
 
 # ---------------------------------------------------------------- keep-alive at load

@@ -512,7 +512,7 @@ async def _stream(
         tg.start_soon(_produce, gen, pending)
         while True:
             events, end = await pending.take()
-            data = sse_all(chunks.events(events)) if events else b""
+            data = chunks.encode(events) if events else b""
             if end is not None:
                 if not end:
                     end = sse_all(chunks.finish(gen.finish_reason, gen.usage))

@@ -33,7 +33,7 @@ import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -70,8 +70,7 @@ class GenerationRequest:
     top_logprobs: int | None = None  # None: no logprobs; k: the sampled token's plus k alternatives
 
 
-@dataclass(frozen=True, slots=True)
-class TokenBatch:
+class TokenBatch(NamedTuple):  # a NamedTuple: one is made per engine event, and it is cheap
     token_ids: tuple[int, ...]
     logprobs: tuple[TokenLogprob, ...] | None = None
     finish_reason: str | None = None  # "stop" | "length" on the engine's last event
@@ -102,6 +101,22 @@ class _Reader:
 
 class VllmReader(_Reader):
     def read(self, event: dict) -> TokenBatch | None:
+        choices = event.get("choices")
+        if type(choices) is list and len(choices) == 1 and type(choice := choices[0]) is dict:
+            # the usual event, checked cheaply: new ids only, no logprobs, no finish, no error
+            ids = choice.get("token_ids")
+            if (
+                type(ids) is list
+                and choice.get("logprobs") is None
+                and choice.get("finish_reason") is None
+                and not event.get("error")
+                and event.get("object") != "error"
+                and all(type(i) is int for i in ids)
+            ):
+                return TokenBatch(tuple(ids))
+        return self._read_any(event)
+
+    def _read_any(self, event: dict) -> TokenBatch | None:
         _raise_error_event(event)
         choices = event.get("choices")
         if choices == [] and "usage" in event:

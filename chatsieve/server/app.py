@@ -6,6 +6,7 @@ request -> render_prompt (isolation on) -> prompt ids -> backend -> generated id
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -457,21 +458,29 @@ class _Pending:
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.end: bytes | None = None  # b"" for a normal end, else the error events to send
-        self._ready = anyio.Event()
+        self._waiter: asyncio.Future | None = None  # the writer's, while it waits
 
     def put(self, events: list[Event]) -> None:
         self.events += events
-        self._ready.set()
+        self._wake()
 
     def close(self, end: bytes) -> None:
         self.end = end
-        self._ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
 
     async def take(self) -> tuple[list[Event], bytes | None]:
         if not self.events and self.end is None:
-            await self._ready.wait()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
         events, self.events = self.events, []
-        self._ready = anyio.Event()
         return events, self.end
 
 

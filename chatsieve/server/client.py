@@ -49,6 +49,8 @@ class _Connection(asyncio.Protocol):
         self.lost = False
         self.error: Exception | None = None
         self.waiter: asyncio.Future | None = None
+        self.deadline = 0.0
+        self.watchdog: asyncio.TimerHandle | None = None
         self.idle_since = 0.0
         self.reading_paused = False
         self.received_any = False
@@ -112,15 +114,37 @@ class _Connection(asyncio.Protocol):
         self.error = None
 
     async def wait(self, timeout: float) -> None:
+        """Until something happens on the connection; ReadTimeout after `timeout` seconds.
+
+        One timer per connection, moved on lazily when it fires, instead of one per wait: a
+        stream waits once per token when the engine is not ahead."""
         loop = asyncio.get_running_loop()
-        self.waiter = loop.create_future()
+        waiter = self.waiter = loop.create_future()
+        self.deadline = loop.time() + timeout
+        if self.watchdog is None:
+            self.watchdog = loop.call_at(self.deadline, self._check_deadline, timeout)
         try:
-            async with asyncio.timeout(timeout):
-                await self.waiter
-        except TimeoutError:
-            raise ReadTimeout(f"no data from the engine for {timeout:g} s") from None
+            await waiter
         finally:
             self.waiter = None
+
+    def _check_deadline(self, timeout: float) -> None:
+        self.watchdog = None
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self.deadline:
+            waiter.set_exception(ReadTimeout(f"no data from the engine for {timeout:g} s"))
+        else:
+            self.watchdog = loop.call_at(self.deadline, self._check_deadline, timeout)
+
+    def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        if self.transport is not None:
+            self.transport.close()
 
     def take(self) -> bytes:
         data = b"".join(self.body) if len(self.body) != 1 else self.body[0]
@@ -242,12 +266,12 @@ class EngineHTTP:
                             raise Disconnected("the engine closed the connection before answering")
                         await conn.wait(self.read_timeout)
                 except Disconnected:
-                    conn.transport.close()
+                    conn.close()
                     if reused and not conn.received_any:
                         continue  # a stale kept-alive connection: try a fresh one
                     raise
                 except BaseException:
-                    conn.transport.close()
+                    conn.close()
                     raise
                 return Response(self, key, conn)
             raise Disconnected("the engine closed the connection before answering")  # pragma: no cover
@@ -261,7 +285,7 @@ class EngineHTTP:
         while idle:
             conn = idle.pop()
             if conn.lost or conn.transport.is_closing() or now - conn.idle_since > self.keepalive_expiry:
-                conn.transport.close()
+                conn.close()
                 continue
             return conn, True
         secure, host, port = key
@@ -294,7 +318,7 @@ class EngineHTTP:
             conn.idle_since = time.monotonic()
             self._idle.setdefault(key, []).append(conn)
         else:
-            conn.transport.close()
+            conn.close()
 
     def idle(self) -> int:
         """Kept-alive connections waiting for a request."""
@@ -303,5 +327,5 @@ class EngineHTTP:
     async def aclose(self) -> None:
         for conns in self._idle.values():
             for conn in conns:
-                conn.transport.close()
+                conn.close()
         self._idle.clear()

@@ -298,3 +298,20 @@ def test_a_body_cut_mid_chunk_is_disconnected():
                 assert got.startswith(b"data: 1\n\n")
 
     run(go())
+
+
+def test_a_body_without_length_ends_with_the_connection():
+    async def old_style(n, writer):
+        writer.write(b"HTTP/1.0 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: 1\n\n")
+        await writer.drain()
+        writer.write(b"data: 2\n\n")
+        await writer.drain()
+        return False
+
+    async def go():
+        async with Scripted(old_style) as srv:
+            client = EngineHTTP()
+            assert await body(client, srv.url) == b"data: 1\n\ndata: 2\n\n"
+            assert client.idle() == 0
+
+    run(go())

@@ -237,3 +237,14 @@ def test_the_server_spreads_chat_requests_over_its_backends(engines, qwen):
         texts = asyncio.run(go())
     assert texts == ["The answer is 42."] * 4
     assert sorted(served(engines)) == [2, 2]
+
+
+def test_backend_may_be_given_more_than_once():
+    from chatsieve.server import build_parser, config_from_args
+
+    args = build_parser().parse_args(
+        ["--model-dir", "m", "--format", "qwen3", "--backend", "http://a:1", "--backend", "http://b:2/"]
+    )
+    cfg = config_from_args(args)
+    assert cfg.backend_urls == ("http://a:1", "http://b:2/")
+    assert type(cfg).from_json(cfg.to_json()) == cfg  # what --workers processes are given

@@ -77,9 +77,16 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        if self.head_done and not self.complete and exc is None and self._ends_at_close():
+            self.complete = True  # a body without length or chunks ends with the connection
         if not self.complete and self.error is None and self.waiter is not None:
             self.error = Disconnected(str(exc) if exc else "the engine closed the connection")
         self._wake()
+
+    def _ends_at_close(self) -> bool:
+        names = {name for name, _ in self.headers}
+        chunked = any(n == b"transfer-encoding" and b"chunked" in v.lower() for n, v in self.headers)
+        return b"content-length" not in names and not chunked
 
     # ---- httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:

@@ -182,6 +182,26 @@ def test_encoded_chunks_are_the_chunk_dicts_as_json(events, include_usage):
         assert json.loads(data[6:])["object"] == "chat.completion.chunk"
 
 
+def test_a_failed_write_stops_the_engine_side_and_comes_out_as_itself():
+    closed = []
+
+    class Gen(FakeGeneration):
+        async def events(self):
+            try:
+                async for batch in super().events():
+                    yield batch
+            finally:
+                closed.append(True)
+
+    async def write(data: bytes) -> None:
+        if b'"content":"a"' in data:
+            raise OSError("the client went away")
+
+    with pytest.raises(OSError, match="went away"):
+        stream(Gen([[ContentDelta("a")], [ContentDelta("b")]], between=lambda: anyio.sleep(0.05)), write)
+    assert closed == [True]  # the engine request was closed, not left running
+
+
 # ---------------------------------------------------------------- keep-alive at load
 
 

@@ -517,15 +517,22 @@ async def _stream(
     )
     await write(sse(chunks.first()))
     pending = _Pending()
+    failed: Exception | None = None
     async with anyio.create_task_group() as tg:
         tg.start_soon(_produce, gen, pending)
-        while True:
-            events, end = await pending.take()
-            data = chunks.encode(events) if events else b""
-            if end is not None:
-                if not end:
-                    end = sse_all(chunks.finish(gen.finish_reason, gen.usage))
-                await write(data + end + sse("[DONE]"))
-                return
-            if data:
-                await write(data)
+        try:
+            while True:
+                events, end = await pending.take()
+                data = chunks.encode(events) if events else b""
+                if end is not None:
+                    if not end:
+                        end = sse_all(chunks.finish(gen.finish_reason, gen.usage))
+                    await write(data + end + sse("[DONE]"))
+                    break
+                if data:
+                    await write(data)
+        except Exception as e:  # a failed write (client gone): raised as itself, not in a group
+            failed = e
+        tg.cancel_scope.cancel()
+    if failed is not None:
+        raise failed

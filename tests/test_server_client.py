@@ -315,3 +315,27 @@ def test_a_body_without_length_ends_with_the_connection():
             assert client.idle() == 0
 
     run(go())
+
+
+def test_a_large_buffered_body_is_handed_over_in_steps_in_order():
+    from chatsieve.server.client import STEP_BYTES
+
+    events = [b"data: %06d\n\n" % i for i in range(20000)]  # 280 kB, written at once
+
+    async def flood(n, writer):
+        writer.write(chunked(*events))
+        await writer.drain()
+        return True
+
+    async def go():
+        async with Scripted(flood) as srv:
+            client = EngineHTTP()
+            await asyncio.sleep(0)
+            async with await client.post(srv.url, b"{}") as resp:
+                await asyncio.sleep(0.3)  # let it all arrive before reading
+                pieces = [p async for p in resp.chunks()]
+            assert b"".join(pieces) == b"".join(events)
+            assert len(pieces) > 1 and max(map(len, pieces)) <= STEP_BYTES + len(events[0])
+            assert client.idle() == 1
+
+    run(go())

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import httptools
 
 MAX_BUFFER = 1 << 20  # unread body bytes above which the socket stops being read
+STEP_BYTES = 32 << 10  # body bytes handed over at a time; then other streams get their turn
 
 
 class ClientError(Exception):
@@ -154,10 +155,21 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
     def take(self) -> bytes:
-        data = b"".join(self.body) if len(self.body) != 1 else self.body[0]
-        self.body.clear()
-        self.buffered = 0
-        if self.reading_paused:
+        """The buffered body, or its first pieces up to about STEP_BYTES."""
+        body = self.body
+        if self.buffered <= STEP_BYTES:
+            data = b"".join(body) if len(body) != 1 else body[0]
+            body.clear()
+            self.buffered = 0
+        else:
+            n = size = 0
+            while size < STEP_BYTES:
+                size += len(body[n])
+                n += 1
+            data = b"".join(body[:n])
+            del body[:n]
+            self.buffered -= size
+        if self.reading_paused and self.buffered <= MAX_BUFFER // 2:
             self.reading_paused = False
             self.transport.resume_reading()
         return data
@@ -180,6 +192,8 @@ class Response:
         while True:
             if conn.body:
                 yield conn.take()
+                if conn.body:
+                    await asyncio.sleep(0)  # more is here: let the other streams have a turn first
             elif conn.complete:
                 return
             elif conn.error is not None:

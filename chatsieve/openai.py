@@ -21,7 +21,7 @@ Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import time
 import uuid
@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chatsieve._json import dumps
 from chatsieve.events import (
     ContentDelta,
     Dropped,
@@ -589,68 +590,58 @@ class ChunkStream:
 
     def events(self, events: Iterable[Event]) -> list[dict]:
         chunks: list[dict] = []
-        kind: str | None = None
-        texts: list[str] = []
-        lps: list[TokenLogprob] = []
-
-        def flush() -> None:
-            nonlocal kind
-            if kind is None:
-                return
-            text = "".join(texts)
+        for kind, value, lps in _runs(events):
             if kind == "content":
-                delta = {"content": text}
                 logprobs = {"content": self._entries(lps), "refusal": None} if self.logprobs else None
+                chunks.append(self._chunk({"content": value}, logprobs=logprobs))
             elif kind == "reasoning":
-                delta = {"reasoning_content": text, "reasoning": text}
                 logprobs = (
                     {"content": None, "refusal": None, "reasoning_content": self._entries(lps)}
                     if self.logprobs
                     else None
                 )
-            else:  # arguments of call `kind`
-                delta = {"tool_calls": [{"index": int(kind), "function": {"arguments": text}}]}
-                logprobs = None
-            if text:
-                chunks.append(self._chunk(delta, logprobs=logprobs))
-            kind = None
-            texts.clear()
-            lps.clear()
-
-        for e in events:
-            if isinstance(e, ContentDelta | ReasoningDelta):
-                k = "content" if isinstance(e, ContentDelta) else "reasoning"
-                if kind != k:
-                    flush()
-                    kind = k
-                texts.append(e.text)
-                if e.logprobs:
-                    lps.extend(e.logprobs)
-            elif isinstance(e, ToolCallStart):
-                flush()
                 chunks.append(
-                    self._chunk(
-                        {
-                            "tool_calls": [
-                                {
-                                    "index": e.index,
-                                    "id": e.id,
-                                    "type": "function",
-                                    "function": {"name": e.name, "arguments": ""},
-                                }
-                            ]
-                        }
-                    )
+                    self._chunk({"reasoning_content": value, "reasoning": value}, logprobs=logprobs)
                 )
-            elif isinstance(e, ToolCallArgsDelta):
-                k = str(e.index)
-                if kind != k:
-                    flush()
-                    kind = k
-                texts.append(e.json_text)
-            # ToolCallEnd and Dropped have no wire form.
-        flush()
+            elif kind == "start":
+                chunks.append(self._chunk({"tool_calls": [_call_start(value)]}))
+            else:  # arguments of call `kind`
+                chunks.append(
+                    self._chunk({"tool_calls": [{"index": kind, "function": {"arguments": value}}]})
+                )
         return chunks
+
+    def encode(self, events: Iterable[Event]) -> bytes:
+        """``sse_all(self.events(events))``, the same bytes, built without a dict per chunk."""
+        if self.logprobs:
+            return sse_all(self.events(events))
+        head, tail = self._frame
+        out: list[bytes] = []
+        for kind, value, _ in _runs(events):
+            if kind == "content":
+                out += (head, b'{"content":', dumps(value), b"}", tail)
+            elif kind == "reasoning":
+                text = dumps(value)
+                out += (head, b'{"reasoning_content":', text, b',"reasoning":', text, b"}", tail)
+            elif kind == "start":
+                out += (head, dumps({"tool_calls": [_call_start(value)]}), tail)
+            else:
+                out += (
+                    head,
+                    b'{"tool_calls":[{"index":%d,"function":{"arguments":' % kind,
+                    dumps(value),
+                    b"}}]}",
+                    tail,
+                )
+        return b"".join(out)
+
+    @functools.cached_property
+    def _frame(self) -> tuple[bytes, bytes]:
+        """What comes before and after the delta in a chunk without finish_reason or logprobs."""
+        marker = "\x00delta\x00"
+        whole = sse(self._chunk(marker))  # type: ignore[arg-type]
+        head, _, tail = whole.partition(dumps(marker))
+        return head, tail
 
     def finish(self, finish_reason: str, usage: dict | None = None) -> list[dict]:
         """The closing chunk with finish_reason, then the usage chunk if the client asked."""
@@ -682,6 +673,50 @@ class ChunkStream:
         if self.include_usage:
             chunk["usage"] = None
         return chunk
+
+
+def _call_start(e: ToolCallStart) -> dict:
+    return {"index": e.index, "id": e.id, "type": "function", "function": {"name": e.name, "arguments": ""}}
+
+
+def _runs(events: Iterable[Event]) -> Iterable[tuple[Any, Any, list[TokenLogprob]]]:
+    """Adjacent deltas of one kind joined: ("content" | "reasoning", text, logprobs),
+    (call index, arguments text, []), or ("start", ToolCallStart, []). Empty text is skipped;
+    ToolCallEnd and Dropped have no wire form."""
+    kind: Any = None
+    texts: list[str] = []
+    lps: list[TokenLogprob] = []
+    for e in events:
+        t = type(e)
+        if t is ContentDelta or t is ReasoningDelta:
+            k: Any = "content" if t is ContentDelta else "reasoning"
+            text = e.text
+        elif t is ToolCallArgsDelta:
+            k = e.index
+            text = e.json_text
+        elif t is ToolCallStart:
+            if kind is not None:
+                joined = "".join(texts)
+                if joined:
+                    yield kind, joined, lps
+                kind, texts, lps = None, [], []
+            yield "start", e, []
+            continue
+        else:
+            continue
+        if k != kind:
+            if kind is not None:
+                joined = "".join(texts)
+                if joined:
+                    yield kind, joined, lps
+            kind, texts, lps = k, [], []
+        texts.append(text)
+        if t is not ToolCallArgsDelta and e.logprobs:
+            lps.extend(e.logprobs)
+    if kind is not None:
+        joined = "".join(texts)
+        if joined:
+            yield kind, joined, lps
 
 
 def chat_completion(
@@ -753,5 +788,11 @@ class CompletionCollector:
 
 def sse(data: Mapping | str) -> bytes:
     """One server-sent event carrying JSON (or the literal ``[DONE]``)."""
-    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return f"data: {text}\n\n".encode()
+    if isinstance(data, str):
+        return f"data: {data}\n\n".encode()
+    return b"data: " + dumps(data) + b"\n\n"
+
+
+def sse_all(chunks: Iterable[Mapping]) -> bytes:
+    """Several server-sent events in one buffer (one write to the client)."""
+    return b"".join([b"data: " + dumps(c) + b"\n\n" for c in chunks])

@@ -58,6 +58,7 @@ class FakeEngine:
         self.scripts: dict[str, Script] = dict(scripts or {})
         self.sglang_cumulative = sglang_cumulative
         self.requests: list[tuple[str, dict]] = []
+        self.healthy = True  # what GET /health says: 200, or 503 when False
         self.outcomes: dict[str, str] = {}  # script key -> "complete" | "cancelled"
         self._outcome_events: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -77,6 +78,9 @@ class FakeEngine:
             ev = self._outcome_events.setdefault(key, threading.Event())
         ev.wait(timeout)
         return self.outcomes.get(key)
+
+    async def _health(self, request: Request) -> Response:
+        return JSONResponse({}, status_code=200 if self.healthy else 503)
 
     # ------------------------------------------------------------ helpers
 
@@ -314,20 +318,21 @@ class FakeEngine:
 
 
 class ServerThread:
-    """Runs an ASGI app with uvicorn on 127.0.0.1:0 in a thread; `.url` once entered."""
+    """Runs an ASGI app with uvicorn on 127.0.0.1:0 in a thread; `.url` once entered; `options`
+    override the uvicorn settings."""
 
-    def __init__(self, app, *, lifespan: str = "on") -> None:
-        config = uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=0,
-            log_level="warning",
-            lifespan=lifespan,
-            loop="asyncio",
-            http="h11",
-            ws="none",
-            timeout_graceful_shutdown=5,
-        )
+    def __init__(self, app, *, lifespan: str = "on", **options) -> None:
+        settings = {
+            "host": "127.0.0.1",
+            "port": 0,
+            "log_level": "warning",
+            "lifespan": lifespan,
+            "loop": "asyncio",
+            "http": "h11",
+            "ws": "none",
+            "timeout_graceful_shutdown": 5,
+        }
+        config = uvicorn.Config(app, **{**settings, **options})
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = ""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import lzma
 import socket
 
-import httpx
 import pytest
 
 pytest.importorskip("starlette")
@@ -23,6 +23,7 @@ from chatsieve.server.backends import (  # noqa: E402
     SglangReader,
     VllmReader,
 )
+from chatsieve.server.client import EngineHTTP  # noqa: E402
 
 KINDS = ("vllm", "sglang", "llamacpp")
 IM_END = 151645
@@ -65,9 +66,12 @@ def engine(qwen, answer_ids):
 
 def _run(kind, url, qwen, req):
     async def go():
-        async with httpx.AsyncClient(timeout=10) as client:
+        client = EngineHTTP(read_timeout=10)
+        try:
             backend = Backend(kind, url, client, lambda i: qwen.decode([i], skip_special_tokens=False))
             return [b async for b in backend.generate(req)]
+        finally:
+            await client.aclose()
 
     return asyncio.run(go())
 
@@ -225,3 +229,22 @@ def test_wrong_route_hints_at_backend_kind(engine, qwen):
     with pytest.raises(BackendError, match="is --backend-kind right") as info:
         _run("vllm", engine.url + "/elsewhere", qwen, GenerationRequest(_prompt(qwen, "[case:b1]")))
     assert info.value.status == 404
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_finished_generations_reuse_one_engine_connection(engine, qwen, answer_ids, kind):
+    async def go():
+        client = EngineHTTP(read_timeout=10)
+        backend = Backend(kind, engine.url, client, lambda i: qwen.decode([i], skip_special_tokens=False))
+        req = GenerationRequest(_prompt(qwen, "[case:b3]"), stop_token_ids=(IM_END,))
+        for _ in range(4):
+            assert [t async for b in backend.generate(req) for t in b.token_ids] == answer_ids
+        assert (client.opened, client.idle()) == (1, 1)
+        # leaving a generation early (a local stop, a client gone) closes its connection: the abort
+        async with contextlib.aclosing(backend.generate(req)) as stream:
+            async for _ in stream:
+                break
+        assert client.idle() == 0
+        await client.aclose()
+
+    asyncio.run(go())

@@ -13,6 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 KINDS = ("vllm", "sglang", "llamacpp")
+KEEP_ALIVE_TIMEOUT = (
+    75.0  # above common idle timeouts in front of us: httpx 5 s, aiohttp 15 s, load balancers 60 s
+)
+CONFIG_ENV = "CHATSIEVE_SERVE_CONFIG"  # how --workers processes get the configuration
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-dir", required=True, help="directory with the tokenizer and chat template")
     p.add_argument("--format", required=True, help="chatsieve format name (e.g. qwen3, gemma4)")
     p.add_argument(
-        "--backend", required=True, metavar="URL", help="engine base URL, e.g. http://127.0.0.1:8001"
+        "--backend",
+        required=True,
+        action="append",
+        metavar="URL",
+        help="engine base URL, e.g. http://127.0.0.1:8001; give it again for more replicas of the same "
+        "model (each request goes to the least-loaded healthy one)",
     )
     p.add_argument("--backend-kind", choices=KINDS, default="vllm", help="engine protocol (default: vllm)")
     p.add_argument("--backend-model", default=None, help="model name to send to the engine, if it needs one")
@@ -37,7 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="seconds to wait for the engine's next byte (600)",
     )
-    p.add_argument("--max-connections", type=int, default=1024, help="pooled connections to the engine")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=1024,
+        help="kept-alive connections to each engine, at most this many at once (1024)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port (1); up to one per core scales tokens/s",
+    )
     p.add_argument(
         "--gguf",
         default=None,
@@ -100,7 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     limits.add_argument("--timeout-body", type=float, default=30.0, help="seconds to send a request body (30)")
     limits.add_argument(
-        "--timeout-keep-alive", type=float, default=5.0, help="seconds an idle connection is kept (5)"
+        "--timeout-keep-alive",
+        "--keep-alive-timeout",
+        dest="timeout_keep_alive",
+        type=float,
+        default=KEEP_ALIVE_TIMEOUT,
+        help=f"seconds an idle client connection is kept open ({KEEP_ALIVE_TIMEOUT:g}); keep it above the "
+        "idle timeout of clients and load balancers in front, so they never reuse a closed one",
     )
     limits.add_argument(
         "--max-header-bytes", type=int, default=16 * 1024, help="largest request head, in bytes (16 KiB)"
@@ -135,6 +161,7 @@ def uvicorn_options(args: argparse.Namespace) -> dict:
         "limit_concurrency": args.limit_concurrency,
         "timeout_keep_alive": args.timeout_keep_alive,
         "h11_max_incomplete_event_size": args.max_header_bytes,
+        "backlog": 4096,
     }
 
 
@@ -156,7 +183,8 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         cors_origins=_split(args.cors_origins),
         model_dir=Path(args.model_dir),
         format=args.format,
-        backend_url=args.backend,
+        backend_url=args.backend[0],
+        extra_backend_urls=tuple(args.backend[1:]),
         backend_kind=args.backend_kind,
         served_model_name=args.served_model_name,
         backend_model=args.backend_model,
@@ -176,8 +204,13 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
 
     if not Path(args.model_dir).is_dir():
         return fail(f"--model-dir {args.model_dir!r} is not a directory")
-    if not args.backend.startswith(("http://", "https://")):
-        return fail(f"--backend must be an http(s) URL, got {args.backend!r}")
+    for url in args.backend:
+        if not url.startswith(("http://", "https://")):
+            return fail(f"--backend must be an http(s) URL, got {url!r}")
+    if args.workers < 1:
+        return fail(f"--workers must be at least 1, got {args.workers}")
+    if args.max_connections < 1:
+        return fail(f"--max-connections must be at least 1, got {args.max_connections}")
     from chatsieve.server.security import is_loopback
 
     if not is_loopback(args.host) and not api_keys(args) and not args.allow_unauthenticated:
@@ -202,8 +235,9 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         formats.get(args.format)
     except Exception as e:  # unknown format: the registry's message lists the known ones
         return fail(str(e))
+    config = config_from_args(args)
     try:
-        app = create_app(config_from_args(args))
+        app = create_app(config)
     except Exception as e:
         return fail(f"cannot load the tokenizer from {args.model_dir}: {e}")
     if args.gguf:  # checked here too, so a mismatch is one clear line before uvicorn starts
@@ -214,5 +248,13 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         except ModelMismatch as e:
             return fail(str(e))
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, **uvicorn_options(args))
+    options = {"host": args.host, "port": args.port, "log_level": args.log_level, **uvicorn_options(args)}
+    if args.workers > 1:
+        # each worker process builds its own app from the configuration in the environment
+        del app
+        os.environ[CONFIG_ENV] = config.to_json()
+        uvicorn.run("chatsieve.server.app:app_from_environ", factory=True, workers=args.workers, **options)
+    else:
+        uvicorn.run(app, **options)
     return 0
+

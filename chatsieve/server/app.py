@@ -6,11 +6,14 @@ request -> render_prompt (isolation on) -> prompt ids -> backend -> generated id
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import functools
 import inspect
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -47,11 +50,14 @@ from chatsieve.openai import (
     json_depth_message,
     parse_chat_request,
     sse,
+    sse_all,
     usage,
 )
 from chatsieve.prompt import PromptError, PromptTooLong
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
+from chatsieve.server.client import EngineHTTP
 from chatsieve.server.model_check import check_model, engine_model_path
+from chatsieve.server.pool import ReplicaPool
 from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, SecurityPolicy
 
 log = logging.getLogger("chatsieve.server")
@@ -84,10 +90,47 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none by default)
     gguf: Path | None = None  # the engine's model file, checked against the tokenizer at start-up
     check_engine_model: bool = True  # llamacpp: also check the GGUF the engine reports in /props
+    extra_backend_urls: tuple[str, ...] = ()  # more replicas of the engine at backend_url
 
     @property
     def model_name(self) -> str:
         return self.served_model_name or Path(self.model_dir).resolve().name
+
+    @property
+    def backend_urls(self) -> tuple[str, ...]:
+        return (self.backend_url, *self.extra_backend_urls)
+
+    def to_json(self) -> str:
+        """The configuration as JSON, for `--workers` processes (which cannot be handed objects)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["model_dir"] = str(self.model_dir)
+        d["gguf"] = None if self.gguf is None else str(self.gguf)
+        d["limits"] = dataclasses.asdict(self.limits)
+        d["security"] = {**dataclasses.asdict(self.security), "open_paths": sorted(self.security.open_paths)}
+        return json.dumps(d)
+
+    @classmethod
+    def from_json(cls, text: str) -> ServerConfig:
+        d = json.loads(text)
+        sec = d["security"]
+        return cls(
+            **{
+                **d,
+                "model_dir": Path(d["model_dir"]),
+                "gguf": None if d.get("gguf") is None else Path(d["gguf"]),
+                "extra_backend_urls": tuple(d.get("extra_backend_urls", ())),
+                "cors_origins": tuple(d.get("cors_origins", ())),
+                "limits": RequestLimits(**d["limits"]),
+                "security": SecurityPolicy(
+                    **{
+                        **sec,
+                        "api_keys": tuple(sec["api_keys"]),
+                        "allowed_hosts": None if sec["allowed_hosts"] is None else tuple(sec["allowed_hosts"]),
+                        "open_paths": frozenset(sec["open_paths"]),
+                    }
+                ),
+            }
+        )
 
 
 # Where model directories state their context length (config.json; text_config for multimodal).
@@ -122,8 +165,9 @@ class ChatService:
         self.stop_token_ids = tuple(sorted(self.tokenizer.stop_token_ids))
         self.token_bytes = self.tokenizer.token_bytes
         self.created = int(time.time())
-        self.client: httpx.AsyncClient | None = None
-        self.backend: Backend | None = None
+        self.client: EngineHTTP | None = None  # generation traffic: the keep-alive pool
+        self.probe: httpx.AsyncClient | None = None  # health and /props checks
+        self.backend: ReplicaPool | None = None
         self.max_model_len = config.max_model_len or model_context_length(config.model_dir, self.tokenizer)
         if self.max_model_len is None:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
@@ -133,19 +177,18 @@ class ChatService:
         self._probe_lock = anyio.Lock()
 
     async def start(self) -> None:
-        timeout = httpx.Timeout(connect=10.0, read=self.config.timeout, write=30.0, pool=self.config.timeout)
-        limits = httpx.Limits(
-            max_connections=self.config.max_connections,
-            max_keepalive_connections=min(self.config.max_connections, 256),
+        self.client = EngineHTTP(
+            max_connections=self.config.max_connections, read_timeout=self.config.timeout
         )
-        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
-        self.backend = Backend(
-            self.config.backend_kind,
-            self.config.backend_url,
-            self.client,
-            self._token_text,
-            model=self.config.backend_model,
-        )
+        backends = [
+            Backend(
+                self.config.backend_kind, url, self.client, self._token_text, model=self.config.backend_model
+            )
+            for url in self.config.backend_urls
+        ]
+        self.backend = ReplicaPool(backends, self.client)
+        self.backend.start()
+        self.probe = httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=httpx.Limits(max_connections=4))
         await self._check_model()
         if self.config.warm_up:
             await run_in_threadpool(self._warm_up)
@@ -154,14 +197,18 @@ class ChatService:
         """Refuse to serve (ModelMismatch) when the engine's model has another vocabulary."""
         path = self.config.gguf
         if path is None and self.config.check_engine_model and self.config.backend_kind == "llamacpp":
-            assert self.client is not None
-            path = await engine_model_path(self.client, self.config.backend_url)
+            assert self.probe is not None
+            path = await engine_model_path(self.probe, self.config.backend_url)
         if path is not None:
             await run_in_threadpool(check_model, Path(path), self.tokenizer)
 
     async def stop(self) -> None:
+        if self.backend is not None:
+            await self.backend.stop()
         if self.client is not None:
             await self.client.aclose()
+        if self.probe is not None:
+            await self.probe.aclose()
 
     async def engine_reachable(self) -> bool:
         """Whether the engine answers its /health with 200 (checked at most once a second)."""
@@ -170,10 +217,10 @@ class ChatService:
             if time.monotonic() - checked < 1.0:
                 return up
             up = False
-            if self.client is not None:
+            if self.probe is not None:
                 url = self.config.backend_url.rstrip("/") + "/health"
                 try:
-                    up = (await self.client.get(url, timeout=2.0)).status_code == 200
+                    up = (await self.probe.get(url, timeout=2.0)).status_code == 200
                 except httpx.HTTPError as e:
                     log.info("engine health check failed: %s", e or type(e).__name__)
             self._engine_state = (time.monotonic(), up)
@@ -291,7 +338,7 @@ class Generation:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: Backend | ReplicaPool,
         request: GenerationRequest,
         parser: Any,
         calls: ToolCallFilter,
@@ -335,7 +382,7 @@ class Generation:
                 if over:
                     engine_finish = "length"  # the engine went past max_tokens: cut here
                     break
-                if self.parser.stopped:
+                if self.parser.stopped and not batch.finish_reason:
                     break  # a local stop: closing the stream cancels the engine request
         finally:
             await stream.aclose()
@@ -382,46 +429,42 @@ def backend_rejected_body(e: BackendError, request_id: str = "") -> dict:
 
 
 class EventStreamResponse(Response):
-    """Server-sent events from an async iterator; a client disconnect cancels the iterator
-    (and so the engine request) at once, whatever the ASGI server's spec version."""
+    """Server-sent events written by `body(write)`; a client disconnect cancels it (and so the
+    engine request) at once, whatever the ASGI server's spec version."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, body: AsyncIterator[bytes]) -> None:
-        self.body_iterator = body
+    def __init__(self, body: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]) -> None:
+        self.produce = body
         self.status_code = 200
         self.background = None
         self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            async with anyio.create_task_group() as tg:
+        async def write(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
 
-                async def stream() -> None:
-                    try:
-                        await send(
-                            {
-                                "type": "http.response.start",
-                                "status": self.status_code,
-                                "headers": self.raw_headers,
-                            }
-                        )
-                        async for chunk in self.body_iterator:
-                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                        await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    except OSError:
-                        pass  # the client went away mid-send
-                    finally:
-                        tg.cancel_scope.cancel()
+        async with anyio.create_task_group() as tg:
 
-                tg.start_soon(stream)
-                await _wait_for_disconnect(receive)
-                tg.cancel_scope.cancel()
-        finally:
-            aclose = getattr(self.body_iterator, "aclose", None)
-            if aclose is not None:
-                with anyio.CancelScope(shield=True):
-                    await aclose()
+            async def stream() -> None:
+                try:
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": self.status_code,
+                            "headers": self.raw_headers,
+                        }
+                    )
+                    await self.produce(write)
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                except OSError:
+                    pass  # the client went away mid-send
+                finally:
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(stream)
+            await _wait_for_disconnect(receive)
+            tg.cancel_scope.cancel()
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:
@@ -482,7 +525,9 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
                 error_body(f"internal error preparing the request (request id {rid})", type="server_error"), 500
             )
         if req.stream:
-            return EventStreamResponse(_stream(gen, req, service.model, service.token_bytes))
+            return EventStreamResponse(
+                functools.partial(_stream, gen, req, service.model, service.token_bytes)
+            )
         return await _until_disconnect(
             request, lambda: _complete(gen, req, service.model, service.token_bytes)
         )
@@ -574,6 +619,13 @@ def _middleware(config: ServerConfig) -> list[Middleware]:
     return stack
 
 
+def app_from_environ() -> Starlette:
+    """The app for the configuration `chatsieve serve --workers N` put in the environment."""
+    from chatsieve.server import CONFIG_ENV
+
+    return create_app(ServerConfig.from_json(os.environ[CONFIG_ENV]))
+
+
 async def _complete(
     gen: Generation, req: ChatRequest, model: str, token_bytes: Callable[[int], bytes]
 ) -> Response:
@@ -607,9 +659,69 @@ async def _complete(
     )
 
 
+class _Pending:
+    """Events the engine side has produced and the client side has not yet written.
+
+    The writer takes everything pending at once, so when the client reads slower than the
+    engine writes, deltas pile up here and go out merged (ChunkStream merges adjacent deltas
+    of one kind); a client that keeps up gets each batch as it comes, the first at once.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.end: bytes | None = None  # b"" for a normal end, else the error events to send
+        self._waiter: asyncio.Future | None = None  # the writer's, while it waits
+
+    def put(self, events: list[Event]) -> None:
+        self.events += events
+        self._wake()
+
+    def close(self, end: bytes) -> None:
+        self.end = end
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def take(self) -> tuple[list[Event], bytes | None]:
+        if not self.events and self.end is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        events, self.events = self.events, []
+        return events, self.end
+
+
+async def _produce(gen: Generation, pending: _Pending) -> None:
+    try:
+        async with contextlib.aclosing(gen.events()) as events:
+            async for batch in events:
+                pending.put(batch)
+    except BackendError as e:
+        log.warning("%s backend failed mid-stream: %s", gen.request_id, e)
+        pending.close(sse(backend_error_body(e, gen.request_id)))
+    except Exception:
+        log.exception("%s generation failed mid-stream", gen.request_id)
+        pending.close(
+            sse(error_body(f"internal error during generation (request id {gen.request_id})", type="server_error"))
+        )
+    else:
+        pending.close(b"")
+
+
 async def _stream(
-    gen: Generation, req: ChatRequest, model: str, token_bytes: Callable[[int], bytes]
-) -> AsyncIterator[bytes]:
+    gen: Generation,
+    req: ChatRequest,
+    model: str,
+    token_bytes: Callable[[int], bytes],
+    write: Callable[[bytes], Awaitable[None]],
+) -> None:
+    """Write the chunks of `gen` as they come: the engine is read by a task of its own, so a
+    slow client makes the chunks bigger, never the engine wait."""
     chunks = ChunkStream(
         model=model,
         logprobs=req.logprobs,
@@ -617,26 +729,24 @@ async def _stream(
         include_usage=req.include_usage,
         token_bytes=token_bytes,
     )
-    yield sse(chunks.first())
-    events = gen.events()
-    try:
-        async for batch in events:
-            for chunk in chunks.events(batch):
-                yield sse(chunk)
-    except BackendError as e:
-        log.warning("%s backend failed mid-stream: %s", gen.request_id, e)
-        yield sse(backend_error_body(e, gen.request_id))
-        yield sse("[DONE]")
-        return
-    except Exception:
-        log.exception("%s generation failed mid-stream", gen.request_id)
-        yield sse(
-            error_body(f"internal error during generation (request id {gen.request_id})", type="server_error")
-        )
-        yield sse("[DONE]")
-        return
-    finally:
-        await events.aclose()
-    for chunk in chunks.finish(gen.finish_reason, gen.usage):
-        yield sse(chunk)
-    yield sse("[DONE]")
+    await write(sse(chunks.first()))
+    pending = _Pending()
+    failed: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_produce, gen, pending)
+        try:
+            while True:
+                events, end = await pending.take()
+                data = chunks.encode(events) if events else b""
+                if end is not None:
+                    if not end:
+                        end = sse_all(chunks.finish(gen.finish_reason, gen.usage))
+                    await write(data + end + sse("[DONE]"))
+                    break
+                if data:
+                    await write(data)
+        except Exception as e:  # a failed write (client gone): raised as itself, not in a group
+            failed = e
+        tg.cancel_scope.cancel()
+    if failed is not None:
+        raise failed

@@ -1,7 +1,7 @@
 """Engine clients: send the prompt's token ids, stream back generated token ids and logprobs.
 
 One reader per wire protocol (sans-I/O: a decoded SSE event in, a TokenBatch out) and one
-`Backend` that does the HTTP over a shared, pooled httpx.AsyncClient.
+`Backend` that does the HTTP over a shared keep-alive pool (`client.EngineHTTP`).
 
 Wire formats (checked against the engines' docs and sources):
 
@@ -33,12 +33,14 @@ import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-import httpx
+import anyio
 
+from chatsieve._json import dumps, loads
 from chatsieve.events import TokenLogprob
 from chatsieve.grammar import Constraint
+from chatsieve.server.client import ClientError, ConnectFailed, EngineHTTP, ReadTimeout
 
 KINDS = ("vllm", "sglang", "llamacpp")
 NO_LOGPROB = -9999.0  # stands in for -inf / missing, which JSON cannot carry
@@ -49,11 +51,13 @@ class BackendError(Exception):
 
     `status` is the engine's HTTP status when it refused the request outright (a 400 there,
     e.g. a prompt longer than the context, is the client's problem, not a gateway failure).
+    `unreachable` means no connection was made, so another replica may take the request.
     """
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, unreachable: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.unreachable = unreachable  # no connection could be made: nothing reached the engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +79,7 @@ class GenerationRequest:
     constraint: Constraint | None = None  # engine-enforced structure (chatsieve.grammar)
 
 
-@dataclass(frozen=True, slots=True)
-class TokenBatch:
+class TokenBatch(NamedTuple):  # a NamedTuple: one is made per engine event, and it is cheap
     token_ids: tuple[int, ...]
     logprobs: tuple[TokenLogprob, ...] | None = None
     finish_reason: str | None = None  # "stop" | "length" on the engine's last event
@@ -107,6 +110,22 @@ class _Reader:
 
 class VllmReader(_Reader):
     def read(self, event: dict) -> TokenBatch | None:
+        choices = event.get("choices")
+        if type(choices) is list and len(choices) == 1 and type(choice := choices[0]) is dict:
+            # the usual event, checked cheaply: new ids only, no logprobs, no finish, no error
+            ids = choice.get("token_ids")
+            if (
+                type(ids) is list
+                and choice.get("logprobs") is None
+                and choice.get("finish_reason") is None
+                and not event.get("error")
+                and event.get("object") != "error"
+                and all(type(i) is int for i in ids)
+            ):
+                return TokenBatch(tuple(ids))
+        return self._read_any(event)
+
+    def _read_any(self, event: dict) -> TokenBatch | None:
         _raise_error_event(event)
         choices = event.get("choices")
         if choices == [] and "usage" in event:
@@ -429,7 +448,7 @@ class Backend:
         self,
         kind: str,
         base_url: str,
-        client: httpx.AsyncClient,
+        client: EngineHTTP,
         token_text: TokenText,
         *,
         model: str | None = None,
@@ -438,7 +457,8 @@ class Backend:
             raise ValueError(f"unknown backend kind {kind!r}; known: {', '.join(KINDS)}")
         self.kind = kind
         path, self._payload, self._reader = _PROTOCOLS[kind]
-        self.url = base_url.rstrip("/") + path
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + path
         self.client = client
         self.model = model
         self.token_text = functools.lru_cache(maxsize=1 << 16)(token_text)
@@ -449,70 +469,156 @@ class Backend:
     async def generate(self, req: GenerationRequest) -> AsyncIterator[TokenBatch]:
         """Yield token batches until the engine finishes; raise BackendError on any failure.
 
+        The events of one network read are merged into one batch (fewer, larger batches when
+        the engine is ahead of us; one per event when we keep up). After the last batch the
+        rest of the response is read, so that the connection goes back to the pool.
+
         Closing the iterator early (client gone, local stop) closes the engine connection,
         which vLLM, SGLang and llama.cpp all treat as an abort.
         """
         reader = self._reader(self.token_text)
+        where = f"the {self.kind} backend at {self.url}"
         try:
-            async with self.client.stream("POST", self.url, json=self.payload(req)) as resp:
-                if resp.status_code != 200:
-                    body = await resp.aread()
-                    hint = " (is --backend-kind right?)" if resp.status_code in (404, 405) else ""
+            resp = await self.client.post(self.url, dumps(self.payload(req)))
+            async with resp:
+                if resp.status != 200:
+                    body = await resp.read()
+                    hint = " (is --backend-kind right?)" if resp.status in (404, 405) else ""
                     raise BackendError(
-                        f"{self.kind} backend at {self.url} returned HTTP {resp.status_code}: "
+                        f"{self.kind} backend at {self.url} returned HTTP {resp.status}: "
                         f"{_body_message(body)}{hint}",
-                        status=resp.status_code,
+                        status=resp.status,
                     )
                 events = 0
-                async for field, data in _sse_data(resp):
-                    events += 1
-                    if field == "error":
-                        raise _error_line(self.kind, data)
-                    if data == "[DONE]":
+                sse = SseParser()
+                chunks = resp.chunks()
+                done = False
+                async for raw in chunks:
+                    batches: list[TokenBatch] = []
+                    for field, data in sse.feed(raw):
+                        events += 1
+                        done = self._read(reader, field, data, batches)
+                        if done:
+                            break
+                    if batches:
+                        yield merge(batches)
+                    if done:
                         break
-                    try:
-                        event = json.loads(data)
-                    except ValueError:
-                        raise BackendError(f"{self.kind} backend sent invalid JSON: {_short(data)}") from None
-                    if not isinstance(event, dict):
-                        raise BackendError(f"{self.kind} backend sent a non-object event: {_short(data)}")
-                    batch = reader.read(event)
-                    if batch is not None and (batch.token_ids or batch.finish_reason):
-                        yield batch
-                    if reader.finished and self.kind == "llamacpp":
-                        break
+                if not done:
+                    batches = []
+                    for field, data in sse.finish():
+                        events += 1
+                        if self._read(reader, field, data, batches):
+                            break
+                    if batches:
+                        yield merge(batches)
                 if not events:
                     raise BackendError(
                         f"{self.kind} backend at {self.url} sent no server-sent events (is --backend-kind right?)"
                     )
                 if not reader.finished:
                     raise BackendError(f"{self.kind} backend closed the stream before finishing")
-        except httpx.TimeoutException:
-            raise BackendError(f"timed out waiting for the {self.kind} backend at {self.url}") from None
-        except httpx.ConnectError as e:
-            raise BackendError(f"cannot reach the {self.kind} backend at {self.url}: {e}") from None
-        except httpx.HTTPError as e:
-            raise BackendError(
-                f"lost the {self.kind} backend at {self.url}: {e or type(e).__name__}"
-            ) from None
+                if done:
+                    await _drain(chunks)
+        except ReadTimeout:
+            raise BackendError(f"timed out waiting for {where}") from None
+        except ConnectFailed as e:
+            raise BackendError(f"cannot reach {where}: {e}", unreachable=True) from None
+        except ClientError as e:
+            raise BackendError(f"lost {where}: {e}") from None
+
+    def _read(self, reader: _Reader, field: str, data: bytes, out: list[TokenBatch]) -> bool:
+        """Add the batch in one event to `out`; True when the stream is over."""
+        if field == "error":
+            raise _error_line(self.kind, data.decode("utf-8", "replace"))
+        if data == b"[DONE]":
+            return True
+        try:
+            event = loads(data)
+        except ValueError:
+            raise BackendError(f"{self.kind} backend sent invalid JSON: {_short(_text(data))}") from None
+        if not isinstance(event, dict):
+            raise BackendError(f"{self.kind} backend sent a non-object event: {_short(_text(data))}")
+        batch = reader.read(event)
+        if batch is not None and (batch.token_ids or batch.finish_reason):
+            out.append(batch)
+        return reader.finished and self.kind == "llamacpp"
 
 
-async def _sse_data(resp: httpx.Response) -> AsyncIterator[tuple[str, str]]:
-    """(field, data) of each server-sent event: field "data", or "error" for the
-    ``error: {...}`` lines llama.cpp sends for a failure mid-stream."""
-    lines: list[str] = []
-    async for line in resp.aiter_lines():
-        if not line:
-            if lines:
-                yield "data", "\n".join(lines)
-                lines = []
-        elif line.startswith("data:"):
-            lines.append(line[5:].lstrip(" "))
-        elif line.startswith("error:"):
-            yield "error", line[6:].strip()
+_JSON = {"content-type": "application/json"}
+DRAIN_SECONDS = 2.0  # how long to wait for the end of a finished response before dropping the connection
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read what is left of a finished response (the chunked terminator, after ``[DONE]``) so
+    the connection can be reused; an engine that does not end it in time loses the connection."""
+    with anyio.move_on_after(DRAIN_SECONDS):
+        async for _ in chunks:
+            pass
+
+
+def merge(batches: list[TokenBatch]) -> TokenBatch:
+    """One batch for several consecutive ones (ids and logprobs joined, the last finish_reason)."""
+    if len(batches) == 1:
+        return batches[0]
+    ids = tuple(t for b in batches for t in b.token_ids)
+    if all(b.logprobs is not None or not b.token_ids for b in batches):
+        logprobs: tuple[TokenLogprob, ...] | None = tuple(lp for b in batches for lp in b.logprobs or ())
+    else:  # an engine that sent logprobs for some events only: they cannot be lined up
+        logprobs = None
+    return TokenBatch(ids, logprobs, batches[-1].finish_reason)
+
+
+class SseParser:
+    """Server-sent events from raw bytes, sans-I/O: `feed(bytes)` gives the (field, data) of each
+    complete event: field "data" (lines joined by newlines), or "error" for the ``error: {...}``
+    lines llama.cpp sends for a failure mid-stream. Other fields and comments are ignored."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[tuple[str, bytes]]:
+        buf = self._buf + data if self._buf else data
+        tail = b""
+        if b"\r" in buf:  # CRLF or CR line ends: make them LF
+            if buf.endswith(b"\r"):
+                buf, tail = buf[:-1], b"\r"  # it may be the first half of a CRLF
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *blocks, rest = buf.split(b"\n\n")
+        self._buf = rest + tail
+        if not blocks:
+            return []
+        out: list[tuple[str, bytes]] = []
+        for block in blocks:
+            if block.startswith(b"data: ") and b"\n" not in block:
+                out.append(("data", block[6:]))  # the usual event: one data line
+            else:
+                _parse_block(block, out)
+        return out
+
+    def finish(self) -> list[tuple[str, bytes]]:
+        """The last event if the stream ended without a blank line after it."""
+        buf, self._buf = self._buf.replace(b"\r", b"\n"), b""
+        out: list[tuple[str, bytes]] = []
+        for block in buf.split(b"\n\n"):
+            _parse_block(block, out)
+        return out
+
+
+def _parse_block(block: bytes, out: list[tuple[str, bytes]]) -> None:
+    lines: list[bytes] = []
+    for line in block.split(b"\n"):
+        if line.startswith(b"data:"):
+            lines.append(line[6:] if line[5:6] == b" " else line[5:])
+        elif line.startswith(b"error:"):
+            out.append(("error", line[6:].strip()))
         # other fields (event:, id:, retry:) and comments are ignored
     if lines:
-        yield "data", "\n".join(lines)
+        out.append(("data", b"\n".join(lines)))
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
 
 
 def _error_line(kind: str, data: str) -> BackendError:

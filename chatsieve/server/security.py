@@ -210,7 +210,36 @@ def guarded_h11(header_timeout: float, max_connections: int) -> type:
     - a request's headers must arrive within `header_timeout` seconds of its first byte (of the
       connection, for the first request), or the connection is closed.
     Idle keep-alive connections are closed by uvicorn's own timeout_keep_alive.
+
+    The class is named after its bounds and importable from this module (see `__getattr__`),
+    so uvicorn can hand it to `--workers` processes, which pickle their configuration.
     """
+    name = _guard_name(header_timeout, max_connections)
+    return globals().get(name) or __getattr__(name)
+
+
+_GUARD_PREFIX = "GuardedH11Protocol_"
+
+
+def _guard_name(header_timeout: float, max_connections: int) -> str:
+    return f"{_GUARD_PREFIX}{round(header_timeout * 1000)}ms_{max_connections}"
+
+
+def __getattr__(name: str) -> type:
+    """`GuardedH11Protocol_<ms>ms_<n>`: the bounded protocol class, made on first use."""
+    if not name.startswith(_GUARD_PREFIX):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        ms, n = name[len(_GUARD_PREFIX) :].split("ms_")
+        cls = _make_guarded_h11(int(ms) / 1000, int(n))
+    except ValueError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    cls.__name__ = cls.__qualname__ = name
+    globals()[name] = cls
+    return cls
+
+
+def _make_guarded_h11(header_timeout: float, max_connections: int) -> type:
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 

@@ -1,0 +1,341 @@
+"""The engine-side HTTP client (keep-alive pool) and the server-sent-event parser, against a small
+scripted HTTP server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("httptools")
+
+from chatsieve.events import TokenLogprob  # noqa: E402
+from chatsieve.server.backends import SseParser, TokenBatch, merge  # noqa: E402
+from chatsieve.server.client import ConnectFailed, Disconnected, EngineHTTP, ReadTimeout  # noqa: E402
+
+# ---------------------------------------------------------------- SSE parsing
+
+line_text = st.text(st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=12)
+data_event = st.lists(line_text, min_size=1, max_size=3).map(lambda lines: ("data", lines))
+error_event = line_text.map(lambda t: t.strip()).filter(bool).map(lambda t: ("error", [t]))
+noise = st.sampled_from([[], [": keep-alive"], ["event: message"], ["id: 7", "retry: 10"]])
+
+
+def wire(events, noises, newline: str, end_blank: bool) -> bytes:
+    blocks = []
+    for (field, lines), extra in zip(events, noises):
+        if field == "data":
+            blocks.append(newline.join(extra + [f"data: {x}" for x in lines]))
+        else:
+            blocks.append(newline.join(extra + [f"error: {lines[0]}"]))
+    text = (newline * 2).join(blocks)
+    if end_blank:
+        text += newline * 2
+    return text.encode()
+
+
+def expected(events) -> list[tuple[str, bytes]]:
+    return [(field, "\n".join(lines).encode()) for field, lines in events]
+
+
+def parse_in_pieces(data: bytes, cuts: list[int]) -> list[tuple[str, bytes]]:
+    parser = SseParser()
+    out, last = [], 0
+    for cut in sorted(set(cuts)) + [len(data)]:
+        out += parser.feed(data[last:cut])
+        last = cut
+    return out + parser.finish()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(st.one_of(data_event, error_event), min_size=1, max_size=6),
+    noises=st.lists(noise, min_size=6, max_size=6),
+    newline=st.sampled_from(["\n", "\r\n", "\r"]),
+    end_blank=st.booleans(),
+    cuts=st.lists(st.integers(0, 400), max_size=12),
+)
+def test_sse_parser_gives_the_same_events_however_the_bytes_are_cut(events, noises, newline, end_blank, cuts):
+    data = wire(events, noises, newline, end_blank)
+    cuts = [c for c in cuts if c <= len(data)]
+    assert parse_in_pieces(data, cuts) == expected(events)
+    assert parse_in_pieces(data, list(range(len(data)))) == expected(events)  # byte by byte
+
+
+def test_sse_parser_data_fields():
+    p = SseParser()
+    assert p.feed(b'data: {"a": 1}\n\ndata:[DONE]\n\n') == [("data", b'{"a": 1}'), ("data", b"[DONE]")]
+    assert p.feed(b"data:  two spaces\n\n") == [("data", b" two spaces")]  # one space is the separator
+    assert p.feed(b"data: a\r\ndata: b\r\n\r\n") == [("data", b"a\nb")]
+    assert p.feed(b"data: half") == []
+    assert p.feed(b"\n") == []
+    assert p.finish() == [("data", b"half")]
+
+
+def test_merge_joins_ids_logprobs_and_keeps_the_last_finish_reason():
+    lp = [TokenLogprob(i, str(i), -0.5, ()) for i in range(4)]
+    a = TokenBatch((0, 1), tuple(lp[:2]))
+    b = TokenBatch((2,), (lp[2],))
+    c = TokenBatch((3,), (lp[3],), "stop")
+    assert merge([a]) is a
+    assert merge([a, b, c]) == TokenBatch((0, 1, 2, 3), tuple(lp), "stop")
+    # logprobs for some events only cannot be lined up with the ids: none rather than wrong ones
+    assert merge([a, TokenBatch((2,))]) == TokenBatch((0, 1, 2), None, None)
+
+
+# ---------------------------------------------------------------- the HTTP client
+
+
+class Scripted:
+    """An HTTP/1.1 server on loopback; `answer(n)` says what to do with the n-th request."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.connections = 0
+        self.open = 0
+        self.most_open = 0
+        self.requests = 0
+        self.disconnects = 0
+
+    async def __aenter__(self) -> Scripted:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                await reader.readexactly(length)
+                self.requests += 1
+                if not await self.answer(self.requests, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.disconnects += 1
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+def chunked(*events: bytes, close: bool = False) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+    head += b"connection: close\r\n\r\n" if close else b"\r\n"
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+
+
+async def stream_ok(n: int, writer) -> bool:
+    writer.write(chunked(b"data: 1\n\n", b"data: 2\n\n"))
+    await writer.drain()
+    return True
+
+
+async def body(client: EngineHTTP, url: str) -> bytes:
+    async with await client.post(url + "/x", b"{}") as resp:
+        assert resp.status == 200
+        return await resp.read()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_connections_are_kept_alive_and_reused():
+    async def go():
+        async with Scripted(stream_ok) as srv:
+            client = EngineHTTP()
+            for _ in range(5):
+                assert await body(client, srv.url) == b"data: 1\n\ndata: 2\n\n"
+            assert (srv.connections, srv.requests, client.opened, client.idle()) == (1, 5, 1, 1)
+            await client.aclose()
+
+    run(go())
+
+
+def test_the_pool_never_opens_more_than_max_connections():
+    async def slow(n, writer):
+        await asyncio.sleep(0.05)
+        return await stream_ok(n, writer)
+
+    async def go():
+        async with Scripted(slow) as srv:
+            client = EngineHTTP(max_connections=2)
+            results = await asyncio.gather(*(body(client, srv.url) for _ in range(8)))
+            assert all(r == b"data: 1\n\ndata: 2\n\n" for r in results)
+            assert srv.most_open <= 2 and srv.connections == 2 and srv.requests == 8
+            await client.aclose()
+
+    run(go())
+
+
+def test_leaving_a_response_early_closes_its_connection():
+    async def endless(n, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        while True:
+            writer.write(b"9\r\ndata: 1\n\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.01)
+
+    async def go():
+        async with Scripted(endless) as srv:
+            client = EngineHTTP()
+            async with await client.post(srv.url, b"{}") as resp:
+                async for data in resp.chunks():
+                    assert data.startswith(b"data: 1")  # the body, de-chunked
+                    break
+            for _ in range(100):
+                if srv.disconnects:
+                    break
+                await asyncio.sleep(0.02)
+            assert srv.disconnects == 1 and client.idle() == 0  # the engine saw the abort
+
+    run(go())
+
+
+def test_a_connection_the_engine_closes_is_not_reused():
+    async def close_after(n, writer):
+        writer.write(chunked(b"data: 1\n\n", close=True))
+        await writer.drain()
+        return False
+
+    async def go():
+        async with Scripted(close_after) as srv:
+            client = EngineHTTP()
+            for _ in range(3):
+                assert await body(client, srv.url) == b"data: 1\n\n"
+            assert srv.connections == 3 and client.opened == 3 and client.idle() == 0
+
+    run(go())
+
+
+def test_a_stale_kept_alive_connection_is_replaced_once():
+    # the engine answers the first request, then drops the connection when the next one comes
+    # (as an engine does whose keep-alive timer fired just as the request was sent)
+    async def first_only(n, writer):
+        if n == 2:
+            return False
+        return await stream_ok(n, writer)
+
+    async def go():
+        async with Scripted(first_only) as srv:
+            client = EngineHTTP()
+            assert await body(client, srv.url) == b"data: 1\n\ndata: 2\n\n"
+            assert await body(client, srv.url) == b"data: 1\n\ndata: 2\n\n"
+            assert client.opened == 2 and srv.requests == 3
+
+    run(go())
+
+
+def test_a_fresh_connection_closed_before_answering_is_an_error():
+    async def hang_up(n, writer):
+        return False
+
+    async def go():
+        async with Scripted(hang_up) as srv:
+            with pytest.raises(Disconnected):
+                await EngineHTTP().post(srv.url, b"{}")
+            assert srv.requests == 1  # a request that may have reached the engine is not sent again
+
+    run(go())
+
+
+def test_idle_connections_expire_before_the_engines_keep_alive():
+    async def go():
+        async with Scripted(stream_ok) as srv:
+            client = EngineHTTP(keepalive_expiry=0.0)
+            for _ in range(3):
+                await body(client, srv.url)
+            assert srv.connections == 3
+
+    run(go())
+
+
+def test_a_stalled_engine_times_out_and_a_closed_port_fails_to_connect():
+    async def stall(n, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        await asyncio.sleep(30)
+
+    async def go():
+        async with Scripted(stall) as srv:
+            client = EngineHTTP(read_timeout=0.2)
+            async with await client.post(srv.url, b"{}") as resp:
+                with pytest.raises(ReadTimeout):
+                    await resp.read()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with pytest.raises(ConnectFailed):
+            await EngineHTTP().post(f"http://127.0.0.1:{port}/x", b"{}")
+
+    run(go())
+
+
+def test_a_body_cut_mid_chunk_is_disconnected():
+    async def cut(n, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n5\r\nda")
+        await writer.drain()
+        return False
+
+    async def go():
+        async with Scripted(cut) as srv:
+            async with await EngineHTTP().post(srv.url, b"{}") as resp:
+                got = b""
+                with pytest.raises(Disconnected):
+                    async for data in resp.chunks():
+                        got += data
+                assert got.startswith(b"data: 1\n\n")
+
+    run(go())
+
+
+def test_a_body_without_length_ends_with_the_connection():
+    async def old_style(n, writer):
+        writer.write(b"HTTP/1.0 200 OK\r\ncontent-type: text/event-stream\r\n\r\ndata: 1\n\n")
+        await writer.drain()
+        writer.write(b"data: 2\n\n")
+        await writer.drain()
+        return False
+
+    async def go():
+        async with Scripted(old_style) as srv:
+            client = EngineHTTP()
+            assert await body(client, srv.url) == b"data: 1\n\ndata: 2\n\n"
+            assert client.idle() == 0
+
+    run(go())
+
+
+def test_a_large_buffered_body_is_handed_over_in_steps_in_order():
+    from chatsieve.server.client import STEP_BYTES
+
+    events = [b"data: %06d\n\n" % i for i in range(20000)]  # 280 kB, written at once
+
+    async def flood(n, writer):
+        writer.write(chunked(*events))
+        await writer.drain()
+        return True
+
+    async def go():
+        async with Scripted(flood) as srv:
+            client = EngineHTTP()
+            await asyncio.sleep(0)
+            async with await client.post(srv.url, b"{}") as resp:
+                await asyncio.sleep(0.3)  # let it all arrive before reading
+                pieces = [p async for p in resp.chunks()]
+            assert b"".join(pieces) == b"".join(events)
+            assert len(pieces) > 1 and max(map(len, pieces)) <= STEP_BYTES + len(events[0])
+            assert client.idle() == 1
+
+    run(go())

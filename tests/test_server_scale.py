@@ -1,0 +1,366 @@
+"""Serving under load: chunks merge when the client reads slower than the engine writes (and
+only then), client keep-alive survives idle pauses at 200 concurrent connections, engine
+connections are reused, and `--workers N` serves from N processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("tokenizers")
+httpx = pytest.importorskip("httpx")
+anyio = pytest.importorskip("anyio")
+
+from fake_engines import FakeEngine, Script, ServerThread  # noqa: E402
+from models import model_path  # noqa: E402
+
+import chatsieve  # noqa: E402
+from chatsieve.events import (  # noqa: E402
+    ContentDelta,
+    Dropped,
+    ReasoningDelta,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from chatsieve.openai import ChunkStream, parse_chat_request, sse_all  # noqa: E402
+from chatsieve.server import build_parser, uvicorn_options  # noqa: E402
+from chatsieve.server.app import _stream  # noqa: E402
+from chatsieve.server.backends import BackendError  # noqa: E402
+
+MODEL = "test-model"
+
+# ---------------------------------------------------------------- coalescing
+
+
+class FakeGeneration:
+    """What `_stream` needs of a Generation: event lists, then finish_reason and usage."""
+
+    def __init__(self, batches, *, between=None, fail: Exception | None = None) -> None:
+        self.batches = batches
+        self.between = between  # awaited after each batch is handed over
+        self.fail = fail
+        self.finish_reason = "stop"
+        self.usage = {"prompt_tokens": 1, "completion_tokens": len(batches), "total_tokens": 1 + len(batches)}
+
+    async def events(self):
+        for batch in self.batches:
+            yield batch
+            if self.between is not None:
+                await self.between()
+        if self.fail is not None:
+            raise self.fail
+        yield []
+
+
+def chunks_of(writes: list[bytes]) -> list[list]:
+    """Per write: the decoded chunks (or "[DONE]")."""
+    out = []
+    for data in writes:
+        events = [e[6:] for e in data.split(b"\n\n") if e]
+        out.append([e.decode() if e == b"[DONE]" else json.loads(e) for e in events])
+    return out
+
+
+def deltas(chunk: dict) -> dict:
+    return chunk["choices"][0]["delta"] if chunk.get("choices") else {}
+
+
+def stream(gen, write) -> None:
+    req = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "stream": True})
+    anyio.run(_stream, gen, req, MODEL, lambda i: b"", write)
+
+
+def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once():
+    produced_all = None
+    writes: list[bytes] = []
+
+    async def write(data: bytes) -> None:
+        nonlocal produced_all
+        writes.append(data)
+        if len(writes) == 2:  # the client stops reading after the first delta
+            await produced_all.wait()
+
+    batches = [[ReasoningDelta("r0 ")], [ReasoningDelta("r1 ")], [ReasoningDelta("r2 ")]]
+    batches += [[ContentDelta("c0 ")], [ContentDelta("c1 "), ContentDelta("c2")]]
+
+    class Gen(FakeGeneration):
+        async def events(self):
+            async for batch in super().events():
+                yield batch
+            produced_all.set()
+
+    async def main():
+        nonlocal produced_all
+        produced_all = anyio.Event()
+        req = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "stream": True})
+        await _stream(Gen(batches, between=lambda: anyio.sleep(0)), req, MODEL, lambda i: b"", write)
+
+    anyio.run(main)
+    got = chunks_of(writes)
+    assert deltas(got[0][0]) == {"role": "assistant", "content": ""}
+    assert [deltas(c) for c in got[1]] == [{"reasoning_content": "r0 ", "reasoning": "r0 "}]  # not held back
+    # everything produced while the client was not reading: one chunk per kind, then the end
+    assert [deltas(c) for c in got[2][:2]] == [
+        {"reasoning_content": "r1 r2 ", "reasoning": "r1 r2 "},
+        {"content": "c0 c1 c2"},
+    ]
+    assert got[2][2]["choices"][0]["finish_reason"] == "stop" and got[2][3] == "[DONE]"
+    assert len(got) == 3
+
+
+def test_a_client_that_keeps_up_gets_every_delta_as_it_comes():
+    written = None
+    writes: list[bytes] = []
+
+    async def write(data: bytes) -> None:
+        writes.append(data)
+        written.set()
+
+    async def wait_written() -> None:
+        nonlocal written
+        await written.wait()
+        written = anyio.Event()
+
+    texts = ["a", "b", "c", "d"]
+
+    async def main():
+        nonlocal written
+        written = anyio.Event()
+        req = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "stream": True})
+        gen = FakeGeneration([[ContentDelta(t)] for t in texts], between=wait_written)
+        await _stream(gen, req, MODEL, lambda i: b"", write)
+
+    anyio.run(main)
+    got = chunks_of(writes)
+    assert [[deltas(c) for c in w] for w in got[1:5]] == [[{"content": t}] for t in texts]
+    assert got[-1][-1] == "[DONE]"
+
+
+def test_an_engine_failure_mid_stream_comes_after_the_deltas_before_it():
+    writes: list[bytes] = []
+
+    async def write(data: bytes) -> None:
+        writes.append(data)
+
+    stream(FakeGeneration([[ContentDelta("x")]], fail=BackendError("engine gone")), write)
+    events = [c for w in chunks_of(writes) for c in w]
+    assert deltas(events[1]) == {"content": "x"}
+    assert events[2]["error"]["message"] == "engine gone" and events[3] == "[DONE]"
+
+
+text = st.text(max_size=6)
+event = st.one_of(
+    st.builds(ContentDelta, text),
+    st.builds(ReasoningDelta, text),
+    st.builds(ToolCallStart, st.integers(0, 2), st.just("call_1"), st.sampled_from(["f", "g\u00e9"])),
+    st.builds(ToolCallArgsDelta, st.integers(0, 2), text),
+    st.builds(ToolCallEnd, st.integers(0, 2)),
+    st.builds(Dropped, text, st.just("why")),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(event, max_size=12), include_usage=st.booleans())
+def test_encoded_chunks_are_the_chunk_dicts_as_json(events, include_usage):
+    cs = ChunkStream(model="m\u00fc", id="chatcmpl-x", created=7, include_usage=include_usage)
+    assert cs.encode(events) == sse_all(cs.events(events))
+    for data in cs.encode(events).split(b"\n\n")[:-1]:
+        assert json.loads(data[6:])["object"] == "chat.completion.chunk"
+
+
+def test_a_failed_write_stops_the_engine_side_and_comes_out_as_itself():
+    closed = []
+
+    class Gen(FakeGeneration):
+        async def events(self):
+            try:
+                async for batch in super().events():
+                    yield batch
+            finally:
+                closed.append(True)
+
+    async def write(data: bytes) -> None:
+        if b'"content":"a"' in data:
+            raise OSError("the client went away")
+
+    with pytest.raises(OSError, match="went away"):
+        stream(Gen([[ContentDelta("a")], [ContentDelta("b")]], between=lambda: anyio.sleep(0.05)), write)
+    assert closed == [True]  # the engine request was closed, not left running
+
+
+# ---------------------------------------------------------------- keep-alive at load
+
+
+@pytest.fixture(scope="module")
+def qwen_tok():
+    return chatsieve.load_tokenizer(model_path("qwen3"))
+
+
+@pytest.fixture(scope="module")
+def engine(qwen_tok):
+    ids = qwen_tok.encode("Fine, thanks.<|im_end|>")
+    fake = FakeEngine(qwen_tok.decode, {"[ka]": Script(ids, batch=2)})
+    with ServerThread(fake.app) as server:
+        fake.url = server.url
+        yield fake
+
+
+def content(r: httpx.Response) -> str:
+    if not r.text.startswith("data: "):
+        return r.json()["choices"][0]["message"]["content"]
+    chunks = [json.loads(e[6:]) for e in r.text.split("\n\n") if e.startswith("data: {")]
+    return "".join(deltas(c).get("content") or "" for c in chunks)
+
+
+def serve_options(*argv: str) -> dict:
+    args = build_parser().parse_args(
+        ["--model-dir", ".", "--format", "qwen3", "--backend", "http://x", *argv]
+    )
+    return {**uvicorn_options(args), "http": "auto", "loop": "auto"}
+
+
+def established(port: int) -> int:
+    """Open TCP connections whose local end is 127.0.0.1:`port` (the server's side)."""
+    n = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[3] == "01" and int(f[1].split(":")[1], 16) == port:
+            n += 1
+    return n
+
+
+@contextlib.contextmanager
+def serve(*argv: str):
+    """`chatsieve serve` in a process of its own, as a user runs it; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = "import sys; from chatsieve.server import serve_main; sys.exit(serve_main(sys.argv[1:]))"
+    args = ["--model-dir", str(model_path("qwen3")), "--format", "qwen3", "--port", str(port)]
+    args += ["--served-model-name", MODEL, "--log-level", "warning", *argv]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "chatsieve serve did not come up"
+            time.sleep(0.2)
+        yield proc, port, url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+CHAT = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "[ka] how are you?"}],
+    "chat_template_kwargs": {"enable_thinking": False},
+}
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").is_file(), reason="counts connections in /proc/net/tcp")
+def test_client_keep_alive_2000_requests_at_200_concurrent(engine):
+    failures: list[str] = []
+
+    async def one(client: httpx.AsyncClient, i: int) -> None:
+        # every 10th a chat completion (streamed or not) through the engine; the rest cheap GETs:
+        # keep-alive lives in the HTTP layer, the same for every route
+        try:
+            if i % 10 == 0:
+                r = await client.post("/v1/chat/completions", json={**CHAT, "stream": i % 20 == 0})
+                ok = r.status_code == 200 and content(r) == "Fine, thanks."
+            else:
+                r = await client.get("/v1/models")
+                ok = r.status_code == 200 and r.json()["data"][0]["id"] == MODEL
+            if not ok:
+                failures.append(f"{r.status_code} {r.text[:200]}")
+        except httpx.HTTPError as e:
+            failures.append(repr(e))
+
+    async def user(client: httpx.AsyncClient, requests: range) -> None:
+        for i in requests:
+            await one(client, i)
+
+    async def wave(clients, start: int) -> None:
+        await asyncio.gather(*(user(c, range(start + k, start + 1000, 200)) for k, c in enumerate(clients)))
+
+    with serve("--backend", engine.url) as (_, port, url):
+
+        async def main():
+            # 200 users, each on one kept-alive connection, kept idle longer than uvicorn's own
+            # default (5 s) allows; one client each (httpx's pool is slow with hundreds in one)
+            limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=60)
+            timeout = httpx.Timeout(120, connect=60)
+            async with contextlib.AsyncExitStack() as stack:
+                clients = [
+                    await stack.enter_async_context(
+                        httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout)
+                    )
+                    for _ in range(200)
+                ]
+                await wave(clients, 0)
+                kept = established(port)
+                await asyncio.sleep(5.5)  # idle past uvicorn's default keep-alive timeout
+                still = established(port)
+                await wave(clients, 1000)
+                return kept, still
+
+        kept, still = asyncio.run(main())
+    assert failures == []
+    assert kept == still == 200  # the server did not close idle connections under the client
+
+
+# ---------------------------------------------------------------- --workers
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="counts worker processes in /proc")
+def test_workers_serve_from_several_processes(engine):
+    with serve("--backend", engine.url, "--workers", "2") as (proc, _, url):
+        for stream in (False, True):
+            r = httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": stream}, timeout=60)
+            assert r.status_code == 200 and content(r) == "Fine, thanks."
+        workers = [p for p in children(proc.pid) if "python" in Path(f"/proc/{p}/cmdline").read_text()]
+        assert len(workers) >= 2

@@ -82,7 +82,7 @@ def test_every_new_family_is_registered_with_fixtures_and_docs():
     for name in NEW_FAMILIES:
         spec = formats.get(name)
         assert PIECES[name], f"{name} has no fixture cases"
-        assert spec.description and spec.reasoning_doc and spec.calls_doc and spec.tokenizer_doc, name
+        assert spec.description and spec.reasoning_doc and spec.calls_doc, name  # tokenizer_doc: "" = text mode
 
 
 @pytest.mark.parametrize("name", NEW_FAMILIES)

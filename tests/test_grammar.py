@@ -268,7 +268,8 @@ def test_clear_errors_for_what_a_grammar_cannot_express(kwargs, message):
 
 
 def test_supported_formats_are_the_families_with_a_call_syntax():
-    assert supported_formats() == ["gemma3", "hermes", "llama3_json", "pythonic", "qwen3"]
+    # granite4 is the Hermes wire format (formats/granite.py), so it shares the tool-call-tags grammar
+    assert supported_formats() == ["gemma3", "granite4", "hermes", "llama3_json", "pythonic", "qwen3"]
 
 
 def test_plan_picks_the_call_grammar_then_the_response_format():

@@ -229,7 +229,7 @@ class PythonicCallCodec(RegionCodec):
             self._gap = ""
             self._st = CALL_OR_END
             return j + 1
-        if (c.isalpha() or c == "_") and "\n" in self._gap and not self.ctx.tentative:
+        if (c.isalpha() or c == "_") and "\n" in self._gap and (not self.ctx.tentative or self.bare_calls_when_tentative):
             self._probe = [self._gap]
             self._gap = ""
             self._begin_run(NAME)

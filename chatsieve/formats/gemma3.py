@@ -52,6 +52,11 @@ class ToolCodeCodec(PythonicCallCodec):
             elif phase == _BODY:
                 used = super().feed(text[i:])
                 i += used
+                if self.give_back:
+                    if self.give_back.strip():  # a word after the calls: the fence is not closed
+                        self._phase = _CLOSED
+                        return i
+                    self.give_back = ""  # whitespace before the closing fence is the fence's
                 if i < n:
                     self._phase = _CLOSING
             elif phase == _CLOSING:

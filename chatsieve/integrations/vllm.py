@@ -95,7 +95,9 @@ except ImportError as e:  # vLLM missing, or its modules moved
 
 
 _original_compose = ParserManager.__dict__.get("_compose_parser")
-if getattr(getattr(_original_compose, "__func__", None), "_chatsieve", False):  # imported twice (as a file and as a module): keep the first wrapper's original
+if getattr(
+    getattr(_original_compose, "__func__", None), "_chatsieve", False
+):  # imported twice (as a file and as a module): keep the first wrapper's original
     _original_compose = _original_compose.__func__._chatsieve_original
 
 
@@ -182,7 +184,9 @@ def _build_tokenizer(tokenizer: Any):
     try:
         import tokenizers
     except ImportError:
-        log.warning("chatsieve: the `tokenizers` package is missing; parsing text, delimiters not gated by token id")
+        log.warning(
+            "chatsieve: the `tokenizers` package is missing; parsing text, delimiters not gated by token id"
+        )
         return None
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if isinstance(backend, tokenizers.Tokenizer):
@@ -363,7 +367,9 @@ class RequestSession:
                 if last is not None and last.index == e.index and last.function.name is None:
                     last.function.arguments += e.json_text
                 else:
-                    calls.append(DeltaToolCall(index=e.index, function=DeltaFunctionCall(arguments=e.json_text)))
+                    calls.append(
+                        DeltaToolCall(index=e.index, function=DeltaFunctionCall(arguments=e.json_text))
+                    )
         fields: dict[str, Any] = {}
         if reasoning and self.include_reasoning:
             fields["reasoning"] = "".join(reasoning)
@@ -376,11 +382,17 @@ class RequestSession:
     def result(self) -> tuple[str | None, str | None, list[FunctionCall]]:
         """The whole message; a call cut short (only with argument streaming) is not returned."""
         msg = self.builder.message
-        calls = [FunctionCall(id=c.id, name=c.name, arguments=c.arguments) for c in msg.tool_calls if not c.incomplete]
+        calls = [
+            FunctionCall(id=c.id, name=c.name, arguments=c.arguments)
+            for c in msg.tool_calls
+            if not c.incomplete
+        ]
         return msg.reasoning, msg.content, calls
 
 
-def prompt_tail(spec, prompt_token_ids: Sequence[int] | None, tokenizer: Any, vllm_tokenizer: Any) -> str | None:
+def prompt_tail(
+    spec, prompt_token_ids: Sequence[int] | None, tokenizer: Any, vllm_tokenizer: Any
+) -> str | None:
     """The end of the prompt as chatsieve's `prompt=` option reads it: from the last reasoning
     marker on. With gated markers the marker is found by its token id (a marker spelled in a
     message never counts); otherwise the last PROMPT_TAIL_TOKENS tokens are decoded."""
@@ -481,7 +493,9 @@ class ChatsieveParser(Parser):
     enable_auto_tools: bool = False
     stream_arguments: bool | None = None  # None: CHATSIEVE_STREAM_ARGUMENTS
 
-    def __init__(self, tokenizer: Any, tools: list | None = None, *args: Any, model_config=None, **kwargs: Any):
+    def __init__(
+        self, tokenizer: Any, tools: list | None = None, *args: Any, model_config=None, **kwargs: Any
+    ):
         super().__init__(tokenizer, tools, *args, model_config=model_config, **kwargs)
         self._chatsieve_tokenizer = chatsieve_tokenizer(tokenizer)
         self._chat_template_kwargs = kwargs.get("chat_template_kwargs")
@@ -515,7 +529,9 @@ class ChatsieveParser(Parser):
 
     def adjust_request(self, request):
         # vLLM's own text must keep control tokens (text mode, or a delta without ids)
-        if getattr(request, "skip_special_tokens", None) is not False and hasattr(request, "skip_special_tokens"):
+        if getattr(request, "skip_special_tokens", None) is not False and hasattr(
+            request, "skip_special_tokens"
+        ):
             request.skip_special_tokens = False
         return request
 
@@ -561,7 +577,9 @@ class ChatsieveParser(Parser):
 def _extracted(content: str | None, calls: list[FunctionCall]) -> ExtractedToolCallInformation:
     return ExtractedToolCallInformation(
         tools_called=bool(calls),
-        tool_calls=[ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls],
+        tool_calls=[
+            ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments)) for c in calls
+        ],
         content=content,
     )
 
@@ -659,7 +677,11 @@ def _compose(cls, **kwargs: Any):
     tool_name = kwargs.get("tool_parser_name")
     enable_auto_tools = bool(kwargs.get("enable_auto_tools"))
     r_fmt = _format_of(ReasoningParserManager.reasoning_parsers, reasoning_name, ChatsieveReasoningParser)
-    t_fmt = _format_of(ToolParserManager.tool_parsers, tool_name, ChatsieveToolParser) if enable_auto_tools else None
+    t_fmt = (
+        _format_of(ToolParserManager.tool_parsers, tool_name, ChatsieveToolParser)
+        if enable_auto_tools
+        else None
+    )
     if r_fmt is None and t_fmt is None:
         return _original_compose.__func__(cls, **kwargs)
     if reasoning_name and r_fmt is None:
@@ -682,7 +704,9 @@ def _compose(cls, **kwargs: Any):
         (ChatsieveParser,),
         {
             "format_name": fmt,
-            "reasoning_parser_cls": ReasoningParserManager.reasoning_parsers[reasoning_name] if r_fmt else None,
+            "reasoning_parser_cls": ReasoningParserManager.reasoning_parsers[reasoning_name]
+            if r_fmt
+            else None,
             "tool_parser_cls": ToolParserManager.tool_parsers[tool_name] if t_fmt else None,
             "tool_strict_level": strict,
             "enable_auto_tools": enable_auto_tools,
@@ -709,7 +733,9 @@ def register() -> None:
         ReasoningParserManager.register_module(
             name, module=type(f"ChatsieveReasoningParser_{fmt}", (ChatsieveReasoningParser,), attrs)
         )
-        ToolParserManager.register_module(name, module=type(f"ChatsieveToolParser_{fmt}", (ChatsieveToolParser,), attrs))
+        ToolParserManager.register_module(
+            name, module=type(f"ChatsieveToolParser_{fmt}", (ChatsieveToolParser,), attrs)
+        )
     ParserManager._compose_parser = classmethod(_compose)
 
 

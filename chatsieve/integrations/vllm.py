@@ -332,6 +332,8 @@ class RequestSession:
         return events
 
     def _kept(self, events: list[Event]) -> list[Event]:
+        if not events:
+            return events
         events = self.filter.apply(events)
         for e in events:
             self.builder.apply(e)
@@ -345,6 +347,8 @@ class RequestSession:
     def delta(self, events: list[Event]) -> DeltaMessage | None:
         """The events of one step as one DeltaMessage: a call's name (with its id) comes
         first, then its argument fragments; None when there is nothing to say."""
+        if not events:
+            return None
         reasoning: list[str] = []
         content: list[str] = []
         calls: list[DeltaToolCall] = []

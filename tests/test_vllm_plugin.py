@@ -797,3 +797,34 @@ def test_a_tool_result_echoed_through_openai_serving_chat_is_not_a_call(serving)
             content, calls = resp.choices[0].message.content, resp.choices[0].message.tool_calls
             assert not calls and resp.choices[0].finish_reason == "stop"
         assert content == f"The file says: {markup}"
+
+
+def test_text_without_ids_is_parsed_as_text_and_ids_win_over_text(vllm_tokenizers):
+    """Token mode reads ids only (a text-only flush at the end adds nothing twice); given no
+    ids at all (another caller of parse()), the text is parsed as text."""
+    vtok = vllm_tokenizers["qwen3"]
+    tok = chatsieve_tok_for(vtok)
+    text = 'Fine. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Lima"}}\n</tool_call>'
+    ids = tok.encode(text)
+    request = make_request(WEATHER, thinking=False)
+    parser_cls = parser_class("qwen3", tokenizer=vtok)
+    parser = new_parser(parser_cls, vtok, request)
+    out = Streamed()
+    for i in ids:
+        out.add(
+            parser.parse_delta(
+                tok.decode([i]), [i], request, tok.encode(GENERATION_PROMPT["qwen3"]), finished=False
+            )
+        )
+    out.add(parser.parse_delta("stray flushed text", [], request, None, finished=True))
+    batch = new_parser(parser_cls, vtok, request).parse(
+        text, make_request(WEATHER, thinking=False, stream=False)
+    )
+    for got in (
+        out.message(),
+        Message(batch[0], batch[1], [ToolCall(c.id, c.name, c.arguments) for c in batch[2]]),
+    ):
+        assert got.content == "Fine."
+        assert [(c.name, json.loads(c.arguments)) for c in got.tool_calls] == [
+            ("get_weather", {"city": "Lima"})
+        ]

@@ -286,36 +286,45 @@ class RequestSession:
             allowed = frozenset(n for n in map(_tool_name, tools) if n)
         parallel = getattr(request, "parallel_tool_calls", True)
         self.filter = ToolCallFilter(allowed=allowed, max_calls=1 if parallel is False else None)
-        options: dict[str, Any] = {}
-        if tokenizer is not None:
-            # vLLM cuts stop strings out of the text only: fed ids, chatsieve cuts them too
-            stop = getattr(request, "stop", None) or None
-            options = {
-                "tokenizer": tokenizer,
-                "stop": stop,
-                "include_stop_str_in_output": bool(getattr(request, "include_stop_str_in_output", False)),
-            }
-        self.parser = StreamParser(
-            self.spec,
-            tools=tools or None,
-            thinking=thinking,
-            prompt=prompt_tail(self.spec, prompt_token_ids, tokenizer, vllm_tokenizer),
-            stream_arguments=stream_arguments,
-            **options,
-        )
+        self._options: dict[str, Any] = {
+            "tools": tools or None,
+            "thinking": thinking,
+            "prompt": prompt_tail(self.spec, prompt_token_ids, tokenizer, vllm_tokenizer),
+            "stream_arguments": stream_arguments,
+        }
+        self._request = request
+        self.parser: StreamParser | None = None  # made at the first input: token or text mode
         self.builder = MessageBuilder()
         self.include_reasoning = getattr(request, "include_reasoning", True) is not False
         self.finished = False
 
     # ---- input -----------------------------------------------------------------------
+    def _start(self, token_mode: bool) -> StreamParser:
+        options = dict(self._options)
+        if token_mode:
+            request = self._request
+            # vLLM cuts stop strings and stop ids out of its text only: fed ids, chatsieve cuts them
+            options.update(
+                tokenizer=self.tokenizer,
+                stop=getattr(request, "stop", None) or None,
+                stop_token_ids=getattr(request, "stop_token_ids", None) or None,
+                include_stop_str_in_output=bool(getattr(request, "include_stop_str_in_output", False)),
+            )
+        self.parser = StreamParser(self.spec, **options)
+        return self.parser
+
     def feed(self, text: str | None, token_ids: Sequence[int] | None) -> list[Event]:
-        if self.finished:
+        """One engine step. Token mode (a tokenizer, and ids in the first step that has any
+        input) reads the ids only: vLLM's text for them would say the same, and a delimiter
+        counts only as its own id. Text mode reads the text."""
+        if self.finished or not (text or token_ids):
             return []
+        parser = self.parser or self._start(self.tokenizer is not None and bool(token_ids))
         try:
-            if self.tokenizer is not None and token_ids:
-                events = self.parser.feed(token_ids=list(token_ids))
-            else:  # with a tokenizer, text without ids is untrusted: gated delimiters never count
-                events = self.parser.feed(text or "")
+            if parser.tokenizer is not None:
+                events = parser.feed(token_ids=list(token_ids)) if token_ids else []
+            else:
+                events = parser.feed(text or "")
         except Exception:  # chatsieve never raises on model output; a bug must not end the stream
             log.exception("chatsieve: parser failed on a delta; its text is kept as content")
             events = [ContentDelta(text)] if text else []
@@ -325,7 +334,7 @@ class RequestSession:
         if self.finished:
             return []
         self.finished = True
-        events = self._kept(self.parser.finish())
+        events = self._kept((self.parser or self._start(False)).finish())
         self.filter.finish()
         for d in self.filter.dropped:
             log.info("chatsieve: dropped call %s: %s", d.raw[:200], d.why)

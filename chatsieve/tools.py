@@ -159,8 +159,10 @@ def coerce_json(raw: str, schema: Mapping[str, Any] | None) -> str:
         if text is not None:
             return text
     value = coerce_raw(raw, schema)
-    if isinstance(value, float) and JSON_NUMBER.fullmatch(s):
-        return s
+    if JSON_NUMBER.fullmatch(s) and (
+        isinstance(value, float) or (type(value) is int and s.lstrip("-").isdigit())
+    ):
+        return s  # as written: `-0`, `2.50` and long decimals keep their text
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except ValueError:  # NaN or Infinity read from the text: keep the text

@@ -20,7 +20,31 @@ _WS = " \t\r\n"
 Chooser = Callable[[str], "type[RegionCodec] | None"]
 
 
-class DispatchCodec(RegionCodec):
+class WrappingCodec(RegionCodec):
+    """A codec that hands its region to another (`_inner`) and passes through what that
+    one reports: its ops, whether a call is open, its verdict and any text it gives back."""
+
+    _inner: RegionCodec | None = None
+
+    def marker(self, marker: str) -> bool:
+        if self._inner is None:
+            return False
+        used = self._inner.marker(marker)
+        self._pull()
+        return used
+
+    def _pull(self) -> None:
+        inner = self._inner
+        ops, inner.ops = inner.ops, []
+        self.ops.extend(ops)
+        self.in_call = inner.in_call
+        if self.verdict is None:
+            self.verdict = inner.verdict
+        if inner.give_back:  # the inner codec ended and some of its text is the engine's
+            self.give_back, inner.give_back = inner.give_back, ""
+
+
+class DispatchCodec(WrappingCodec):
     """Subclass with a `choose(head)` static method: given the region's text so far
     (leading whitespace included), return the codec class, or None to wait."""
 
@@ -49,12 +73,6 @@ class DispatchCodec(RegionCodec):
         # did not use belongs to this text
         return max(used - (len(head) - len(text)), 0)
 
-    def marker(self, marker: str) -> bool:
-        if self._inner is None:
-            return False
-        used = self._inner.marker(marker)
-        self._pull()
-        return used
 
     def close(self, *, truncated: bool) -> None:
         if self._inner is None:
@@ -77,13 +95,6 @@ class DispatchCodec(RegionCodec):
     def idle(self) -> bool:
         return self._inner.idle if self._inner is not None else not self._head.strip(_WS)
 
-    def _pull(self) -> None:
-        inner = self._inner
-        ops, inner.ops = inner.ops, []
-        self.ops.extend(ops)
-        self.in_call = inner.in_call
-        if self.verdict is None:
-            self.verdict = inner.verdict
 
 
 def _first(head: str, skip: str = "") -> str | None:
@@ -126,7 +137,7 @@ class JsonOrPythonicCodec(DispatchCodec):
     choose = staticmethod(_choose_json_or_pythonic)
 
 
-class PrefixedCodec(RegionCodec):
+class PrefixedCodec(WrappingCodec):
     """A literal `prefix` (e.g. Phi-4-mini's `functools`) and then what `body` reads.
     Opened by the prefix as plain text, so the region's first characters are it."""
 
@@ -163,12 +174,6 @@ class PrefixedCodec(RegionCodec):
         self._pull()
         return i + used
 
-    def marker(self, marker: str) -> bool:
-        if self._inner is None:
-            return False
-        used = self._inner.marker(marker)
-        self._pull()
-        return used
 
     def close(self, *, truncated: bool) -> None:
         if self._inner is None:
@@ -186,13 +191,6 @@ class PrefixedCodec(RegionCodec):
     def idle(self) -> bool:
         return self._inner.idle if self._inner is not None else self._matched == 0
 
-    def _pull(self) -> None:
-        inner = self._inner
-        ops, inner.ops = inner.ops, []
-        self.ops.extend(ops)
-        self.in_call = inner.in_call
-        if self.verdict is None:
-            self.verdict = inner.verdict
 
 
 def prefixed_codec(name: str, prefix: str, body: type[RegionCodec]) -> type[PrefixedCodec]:
@@ -200,7 +198,7 @@ def prefixed_codec(name: str, prefix: str, body: type[RegionCodec]) -> type[Pref
     return type(name, (PrefixedCodec,), {"prefix": prefix, "body": body})
 
 
-class RepeatedCodec(RegionCodec):
+class RepeatedCodec(WrappingCodec):
     """Calls of `body` one after another until the region's end marker: each time
     the body codec ends itself, a new one reads what follows (OLMo 3's
     newline-separated pythonic calls)."""
@@ -217,16 +215,12 @@ class RepeatedCodec(RegionCodec):
             used = self._inner.feed(text[i:])
             self._pull()
             i += used
-            if i >= len(text):
-                return i
+            if i >= len(text) or self.give_back:
+                return i  # all read, or the calls are over and some text goes back
             if not text[i:].strip(_WS) or self.verdict is not True:
                 return i  # only whitespace left, or an undecided tentative region
             self._inner = self.body(CallContext(self.ctx.tools, opener=self.ctx.opener))
 
-    def marker(self, marker: str) -> bool:
-        used = self._inner.marker(marker)
-        self._pull()
-        return used
 
     def close(self, *, truncated: bool) -> None:
         self._inner.close(truncated=truncated)
@@ -236,13 +230,6 @@ class RepeatedCodec(RegionCodec):
     def idle(self) -> bool:
         return self._inner.idle
 
-    def _pull(self) -> None:
-        inner = self._inner
-        ops, inner.ops = inner.ops, []
-        self.ops.extend(ops)
-        self.in_call = inner.in_call
-        if self.verdict is None:
-            self.verdict = inner.verdict
 
 
 def repeated_codec(name: str, body: type[RegionCodec]) -> type[RepeatedCodec]:

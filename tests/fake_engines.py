@@ -9,13 +9,19 @@ ASGI app with uvicorn on 127.0.0.1, port 0, and stops it on exit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -370,3 +376,40 @@ def spelled(encode: Callable[[str], list[int]], text: str, delimiters: Sequence[
         ids += encode(d[:half]) + encode(d[half:])
         rest = rest[at + len(d) :]
     return ids
+
+
+@contextlib.contextmanager
+def serve_process(*argv: str, timeout: float = 120.0):
+    """`chatsieve serve ARGV` in a process of its own on a free loopback port, as a user runs
+    it; yields (process, port, URL) once its /health answers, and stops it afterwards."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = "import sys; from chatsieve.server import serve_main; sys.exit(serve_main(sys.argv[1:]))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *argv, "--port", str(port)],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "chatsieve serve did not come up"
+            time.sleep(0.1)
+        yield proc, port, url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()

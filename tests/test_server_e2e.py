@@ -22,7 +22,7 @@ pytest.importorskip("jinja2")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from fake_engines import FakeEngine, Script, ServerThread, fake_logprob, fake_top, spelled  # noqa: E402
+from fake_engines import FakeEngine, Script, ServerThread, fake_logprob, fake_top, serve_process, spelled  # noqa: E402
 from models import gemma4_tokenizer_json, model_path  # noqa: E402
 
 import chatsieve  # noqa: E402
@@ -861,44 +861,8 @@ def test_serve_main_refuses_bad_arguments(tmp_path, capsys, qwen_dir):
 
 
 def test_serve_main_runs_a_real_server(qwen_engine, qwen_dir):
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    code = "import sys; from chatsieve.server import serve_main; sys.exit(serve_main(sys.argv[1:]))"
-    args = [
-        "--model-dir",
-        str(qwen_dir),
-        "--format",
-        "qwen3",
-        "--backend",
-        qwen_engine.url,
-        "--port",
-        str(port),
-    ]
-    args += ["--served-model-name", MODEL, "--log-level", "warning"]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode()
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "chatsieve serve did not come up"
-            time.sleep(0.1)
+    args = ["--model-dir", str(qwen_dir), "--format", "qwen3", "--backend", qwen_engine.url]
+    with serve_process(*args, "--served-model-name", MODEL, "--log-level", "warning", timeout=60) as (_, _, url):
         got = result(
             url,
             stream=True,
@@ -906,12 +870,3 @@ def test_serve_main_runs_a_real_server(qwen_engine, qwen_dir):
             extra_body={"chat_template_kwargs": {"enable_thinking": False}},
         )
         assert got["content"] == "The answer is 42." and got["finish"] == "stop"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()

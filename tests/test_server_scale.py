@@ -8,10 +8,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +20,7 @@ pytest.importorskip("tokenizers")
 httpx = pytest.importorskip("httpx")
 anyio = pytest.importorskip("anyio")
 
-from fake_engines import FakeEngine, Script, ServerThread  # noqa: E402
+from fake_engines import FakeEngine, Script, ServerThread, serve_process  # noqa: E402
 from models import model_path  # noqa: E402
 
 import chatsieve  # noqa: E402
@@ -246,42 +242,10 @@ def established(port: int) -> int:
     return n
 
 
-@contextlib.contextmanager
 def serve(*argv: str):
-    """`chatsieve serve` in a process of its own, as a user runs it; yields its URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    code = "import sys; from chatsieve.server import serve_main; sys.exit(serve_main(sys.argv[1:]))"
-    args = ["--model-dir", str(model_path("qwen3")), "--format", "qwen3", "--port", str(port)]
-    args += ["--served-model-name", MODEL, "--log-level", "warning", *argv]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode()
-            try:
-                if httpx.get(url + "/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "chatsieve serve did not come up"
-            time.sleep(0.2)
-        yield proc, port, url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
+    """`chatsieve serve` in a process of its own, as a user runs it; yields (process, port, URL)."""
+    args = ["--model-dir", str(model_path("qwen3")), "--format", "qwen3"]
+    return serve_process(*args, "--served-model-name", MODEL, "--log-level", "warning", *argv)
 
 
 CHAT = {

@@ -467,7 +467,7 @@ def wait_up(port: int, proc: subprocess.Popen, path: str = "/health") -> None:
             raise SystemExit(f"bench: process on port {port} exited with {proc.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+                s.sendall(f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n\r\n".encode())
                 if s.recv(64).startswith(b"HTTP/1.1 200"):
                     return
         except OSError:

@@ -42,8 +42,10 @@ class Detokenizer:
     piece that completes that character.
 
     Byte-level BPE vocabularies (Qwen, Llama 3, gpt-oss, DeepSeek) decode token bytes
-    with an incremental UTF-8 decoder; others (SentencePiece-style, e.g. Gemma) decode a
-    short window of context plus the new ids and take the text past the context.
+    with an incremental UTF-8 decoder. Gemma's byte-fallback decoder is piecewise
+    (`Tokenizer.piecewise`): each token's text is its own, byte runs aside. Other
+    SentencePiece-style decoders decode a short window of context plus the new ids and
+    take the text past the context.
     """
 
     def __init__(self, tokenizer: Tokenizer) -> None:
@@ -52,9 +54,17 @@ class Detokenizer:
         self._ids: list[int] = []  # pending ids (no text emitted for them yet)
         self._lps: list[TokenLogprob | None] = []
         self._byte_level = tokenizer.byte_level
+        self._piecewise = not self._byte_level and getattr(tokenizer, "piecewise", False)
+        # Ordinary tokens that make their own text whatever precedes them (see `plain`)
+        self._plain: dict[int, str | None] | None = None
+        if self._byte_level or self._piecewise:
+            self._plain = getattr(tokenizer, "plain_texts", None)
         if self._byte_level:
             self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
             self._text: list[str] = []  # decoded text of the pending ids
+        elif self._piecewise:
+            self._run_ids: frozenset[int] = tokenizer.piecewise_byte_ids
+            self._run = bytearray()  # bytes of the pending byte-fallback run
         else:
             self._byte_ids: frozenset[int] = getattr(tokenizer, "byte_fallback_ids", frozenset())
             self._window: list[int] = []  # context ids (already emitted) + pending ids
@@ -66,12 +76,15 @@ class Detokenizer:
         if logprobs is not None and len(logprobs) != len(token_ids):
             raise ValueError(f"got {len(token_ids)} token ids but {len(logprobs)} logprobs; give one per id")
         out: list[Piece] = []
-        push = self._push_byte_level if self._byte_level else self._push_window
+        if self._byte_level:
+            push = self._push_byte_level
+        else:
+            push = self._push_piecewise if self._piecewise else self._push_window
         for k, token_id in enumerate(token_ids):
             lp = logprobs[k] if logprobs is not None else None
             if self._tok.is_added(token_id):
                 self._flush(out)
-                if self._byte_level:
+                if self._byte_level or self._piecewise:
                     out.append(self._added_piece(token_id, lp))
                 else:
                     self._push_window(token_id, lp, out, added=True)
@@ -82,9 +95,22 @@ class Detokenizer:
     def finish(self) -> list[Piece]:
         out: list[Piece] = []
         self._flush(out)
-        if not self._byte_level:
+        if not (self._byte_level or self._piecewise):
             self._window, self._context_text = [], ""
         return out
+
+    def plain(self, token_id: int) -> str | None:
+        """The text `token_id` makes as a piece of its own if fed now, when that is all
+        feeding it would do: nothing is pending and it is an ordinary token whose text
+        does not depend on its neighbours (see `Tokenizer.plain_text`). Else None: feed
+        it. Changes nothing; the caller that takes the text skips `feed` for this id."""
+        table = self._plain
+        if table is None or self._ids:
+            return None
+        text = table.get(token_id)
+        if text is None and token_id not in table:
+            text = self._tok.plain_text(token_id)
+        return text
 
     # -- shared -----------------------------------------------------------------------
 
@@ -109,6 +135,8 @@ class Detokenizer:
             self._utf8.reset()
             text = "".join(self._text)
             self._text = []
+        elif self._piecewise:
+            text = self._run_text()
         elif self._ids:
             # The window stays as context for what follows (see `_push_window`).
             full = self._tok.decode(self._window)
@@ -131,6 +159,32 @@ class Detokenizer:
         if self._text and not self._utf8.getstate()[0]:
             out.append(self._piece("".join(self._text)))
             self._text = []
+
+    # -- piecewise (SentencePiece byte fallback) --------------------------------------------
+
+    def _push_piecewise(self, token_id: int, lp: TokenLogprob | None, out: list[Piece]) -> None:
+        self._ids.append(token_id)
+        self._lps.append(lp)
+        if token_id in self._run_ids:
+            # A byte-fallback run decodes all-or-nothing: wait for the token that ends it.
+            self._run += self._tok.token_bytes(token_id)
+            return
+        text = self._run_text() + (self._tok.plain_text(token_id) or "")
+        if text:  # a token with no text waits for the next piece, as on the byte-level path
+            out.append(self._piece(text))
+
+    def _run_text(self) -> str:
+        """Text of the pending byte run, which has ended: its characters if it is valid
+        UTF-8, else U+FFFD for each of its bytes (as the ByteFallback decoder does)."""
+        run = self._run
+        if not run:
+            return ""
+        try:
+            text = run.decode("utf-8")
+        except UnicodeDecodeError:
+            text = _FFFD * len(run)
+        run.clear()
+        return text
 
     # -- generic (window) ---------------------------------------------------------------
 
@@ -221,6 +275,16 @@ class StopChecker:
 
     def finish(self) -> list[Piece]:
         return [] if self.stopped else self._release()
+
+    def passes(self, text: str, token_id: int | None = None) -> bool:
+        """Whether an ordinary piece of `text` (made by `token_id`, if given) would come
+        straight out, alone and whole: nothing is held, it is no stop token, and it holds no
+        character that could begin a stop string. Changes nothing: `feed` would change
+        nothing either."""
+        if self.stopped or self._held or token_id in self._stop_ids:
+            return False
+        auto = self._auto
+        return auto is None or (self._state == 0 and auto.first.search(text) is None)
 
     # -- internals ----------------------------------------------------------------------
 

@@ -124,6 +124,42 @@ class Engine:
         else:
             self._on_marker(seg)
 
+    def take_plain(self, text: str, start: int) -> str | None:
+        """Fast lane for a text segment that surely just continues the open field: no
+        region, label, held start or content filter is involved, the field has begun, it
+        holds no whitespace, and `text` does not end in whitespace. Then `text` is taken
+        as `segment(Text(text, start))` would take it, and the field's kind is returned
+        ("reasoning" or "content"): the caller makes the one event. Else None, nothing
+        taken. In a call region, a codec whose `plain` takes the text has added it to
+        the open call's arguments: "region" is returned, and any event is in `out`."""
+        mode = self._mode
+        if mode == REASONING:
+            if self._block_empty or self._label is not None:
+                return None
+            sink = self._reasoning
+        elif mode == CONTENT:
+            if self._label is not None or self._start_held is not None:
+                return None
+            if self._filter is not None and not self._filter.idle:
+                return None
+            sink = self._content
+        elif mode == REGION:
+            if self._replay is not None or not text:
+                return None
+            json_text = self._region.plain(text)
+            if json_text is None:
+                return None
+            self._raw.append(text)
+            self._text_end = start + len(text)
+            self._args(json_text)
+            return mode
+        else:
+            return None
+        if not text or not sink.started or sink._held or text[-1] in _WS:
+            return None
+        self._text_end = start + len(text)
+        return mode
+
     def _on_text(self, text: str, start: int) -> None:
         while text:
             mode = self._mode
@@ -407,16 +443,7 @@ class Engine:
                     self.out.append(ToolCallStart(self._cur, *self._call))
                     self._flush_args()
             elif isinstance(op, Args):
-                text = op.json_text
-                if self._keys is not None:
-                    text = self._keys.feed(text)
-                    for key, member in self._keys.dropped:
-                        why = f"repeated argument {key!r}: the value already streamed is kept"
-                        self.out.append(Dropped(member, why))
-                    self._keys.dropped.clear()
-                self._pending.append(text)
-                if stream and self._cur is not None:
-                    self._flush_args()
+                self._args(op.json_text)
             elif isinstance(op, End) and self._call is not None:
                 self.called = True
                 if stream:
@@ -442,6 +469,18 @@ class Engine:
                 self._forget_call()
             elif isinstance(op, Junk):
                 self.out.append(Dropped(op.raw, op.why))
+
+    def _args(self, text: str) -> None:
+        """Argument JSON of the open call: held until it ends, or (stream_arguments) sent."""
+        if self._keys is not None:
+            text = self._keys.feed(text)
+            for key, member in self._keys.dropped:
+                why = f"repeated argument {key!r}: the value already streamed is kept"
+                self.out.append(Dropped(member, why))
+            self._keys.dropped.clear()
+        self._pending.append(text)
+        if self.stream_arguments and self._cur is not None:
+            self._flush_args()
 
     def _flush_args(self) -> None:
         if self._pending:

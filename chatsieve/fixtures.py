@@ -172,8 +172,8 @@ def compare(msg: Message, expect: dict) -> str | None:
     return None
 
 
-def _run(case: Case, chunks: list, *, stream: bool, tokenizer=None) -> tuple[Message, list]:
-    p = StreamParser(case.format, stream_arguments=stream, tokenizer=tokenizer, **case.options)
+def _run(case: Case, chunks: list, *, stream: bool, tokenizer=None, fast_lane: bool = True) -> tuple[Message, list]:
+    p = StreamParser(case.format, stream_arguments=stream, tokenizer=tokenizer, fast_lane=fast_lane, **case.options)
     events = []
     for ch in chunks:
         events += p.feed(token_ids=ch) if tokenizer is not None else p.feed(ch)
@@ -260,16 +260,21 @@ def check_case(case: Case, tokenizer_for: Callable[[str], Any] | None = None) ->
             cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 12)))) if len(text) > 1 else []
             bounds = [0, *cuts, len(text)]
             chunkings.append([text[a:b] for a, b in zip(bounds, bounds[1:])])
+        # the same deltas through the full pipeline only (StreamParser's fast lane off)
+        chunkings.append(("full pipeline", list(text)))
         for chunks in chunkings:
+            fast = not isinstance(chunks, tuple)
+            chunks = chunks if fast else chunks[1]
+            where = f"stream{'' if fast else ' full pipeline'}, {mode}"
             try:
-                msg, events = _run(case, chunks, stream=stream)
+                msg, events = _run(case, chunks, stream=stream, fast_lane=fast)
             except Exception as e:
-                failures.append(Failure(case, f"stream, {mode}", f"raised {type(e).__name__} at {chunks[:3]}…: {e}"))
+                failures.append(Failure(case, where, f"raised {type(e).__name__} at {chunks[:3]}…: {e}"))
                 break
             problem = None if normalized(msg) == want else f"differs from batch at chunks {_short(chunks)}: {normalized(msg)} != {want}"
             problem = problem or _invariants(msg, events, delims, plain, thought)
             if problem:
-                failures.append(Failure(case, f"stream, {mode}", problem))
+                failures.append(Failure(case, where, problem))
                 break
 
         if case.tokenizer and case.token_mode and tokenizer_for is not None:
@@ -277,16 +282,17 @@ def check_case(case: Case, tokenizer_for: Callable[[str], Any] | None = None) ->
             if tok is None:
                 continue
             ids = encode_segments(tok, case.segments)
-            for size in (1, 3, len(ids) or 1):
+            for size, fast in ((1, True), (3, True), (len(ids) or 1, True), (1, False)):
                 chunks = [ids[k : k + size] for k in range(0, len(ids), size)]
+                where = f"tokens/{size}{'' if fast else ' full pipeline'}, {mode}"
                 try:
-                    msg, events = _run(case, chunks, stream=stream, tokenizer=tok)
+                    msg, events = _run(case, chunks, stream=stream, tokenizer=tok, fast_lane=fast)
                 except Exception as e:
-                    failures.append(Failure(case, f"tokens/{size}, {mode}", f"raised {type(e).__name__}: {e}"))
+                    failures.append(Failure(case, where, f"raised {type(e).__name__}: {e}"))
                     break
                 problem = compare(msg, expect) or _invariants(msg, events, (), False)
                 if problem:
-                    failures.append(Failure(case, f"tokens/{size}, {mode}", problem))
+                    failures.append(Failure(case, where, problem))
                     break
     return failures
 

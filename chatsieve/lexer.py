@@ -102,6 +102,21 @@ class MarkerLexer:
         self._scan(piece.text, out)
         return out
 
+    def plain(self, text: str) -> int | None:
+        """Where an ordinary (non-control) piece of `text` would start, if feeding it would
+        give exactly `Text(text, start)`: nothing is held or pending and no character of it
+        can begin a marker. None otherwise. Changes nothing; `advance` records it taken."""
+        if self._held or self._pending is not None:
+            return None
+        if self._first_re is not None and self._first_re.search(text) is not None:
+            return None
+        return self._pos
+
+    def advance(self, n: int) -> None:
+        """`n` characters were taken as plain text (see `plain`)."""
+        self._pos += n
+        self._held_start = self._pos
+
     def finish(self) -> list[Segment]:
         out: list[Segment] = []
         if self._pending is not None:

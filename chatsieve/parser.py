@@ -93,6 +93,10 @@ class StreamParser:
     Text mode: `feed("...")`. Token mode (needs `tokenizer`): `feed(token_ids=[...])`,
     optionally with `logprobs` (one TokenLogprob per id); delimiters then count only
     when they arrive as their own token id.
+
+    Ordinary text that only continues the open reasoning, content or argument string
+    takes a fast lane past the pipeline's stages (see `_plain`); `fast_lane=False`
+    sends everything through them, with the same result (the fixtures check both).
     """
 
     def __init__(
@@ -107,8 +111,10 @@ class StreamParser:
         stop: str | Sequence[str] | None = None,
         stop_token_ids: Iterable[int] | None = None,
         include_stop_str_in_output: bool = False,
+        fast_lane: bool = True,
     ) -> None:
         self.spec = formats.get(format)
+        self._fast_lane = fast_lane
         self.tokenizer = tokenizer
         self._engine = (self.spec.engine or Engine)(
             self.spec,
@@ -157,8 +163,13 @@ class StreamParser:
         if token_ids is not None:
             if self._detok is None:
                 raise ValueError("token_ids need a tokenizer: StreamParser(..., tokenizer=load_tokenizer(DIR))")
+            if logprobs is None and self._fast_lane:
+                return self._feed_ids(token_ids)
             pieces = self._detok.feed(list(token_ids), list(logprobs) if logprobs is not None else None)
         elif text:
+            events = self._plain(text, None) if self._fast_lane else None
+            if events is not None:
+                return events
             pieces = [Piece(text)]
         else:
             pieces = []
@@ -198,6 +209,42 @@ class StreamParser:
         return self._stops is not None and self._stops.stopped
 
     # ---- pipeline ----------------------------------------------------------------------
+    def _feed_ids(self, token_ids: Sequence[int]) -> list[Event]:
+        """Token ids without logprobs, each through the fast lane when it can take it."""
+        detok = self._detok
+        events: list[Event] = []
+        for tid in token_ids:
+            text = detok.plain(tid)
+            got = self._plain(text, tid) if text is not None else None
+            events += self._run(detok.feed((tid,))) if got is None else got
+        return events
+
+    def _plain(self, text: str, token_id: int | None) -> list[Event] | None:
+        """The fast lane: ordinary text (of one ordinary token `token_id`, or of a text
+        delta) that only continues the open reasoning, content or argument string skips
+        the pipeline's objects. Every stage says whether it would pass the text unchanged
+        and alone; the first that would not sends it the usual way (None). The same
+        events and state as `_run`: the fixtures run every case through both."""
+        if self._logprobs:
+            return None
+        stops = self._stops
+        if stops is not None and not stops.passes(text, token_id):
+            return None
+        lexer = self._lexer
+        start = lexer.plain(text)
+        if start is None:
+            return None
+        kind = self._engine.take_plain(text, start)
+        if kind is None:
+            return None
+        lexer.advance(len(text))
+        self._pos += len(text)
+        if kind == "region":
+            return self._events() if self._engine.out else []
+        event = ReasoningDelta(text) if kind == "reasoning" else ContentDelta(text)
+        self._builder.apply(event)
+        return [event]
+
     def _run(self, pieces: list[Piece], final: bool = False, cut: bool = True) -> list[Event]:
         if self._stops is not None:
             pieces = self._stops.feed(pieces)

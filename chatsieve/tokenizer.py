@@ -67,6 +67,17 @@ _QWEN2_SPLIT = (
 )
 
 
+# The decoder under which `Tokenizer.piecewise` holds (Gemma 2/3/4).
+_PIECEWISE_DECODER = {
+    "type": "Sequence",
+    "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+        {"type": "ByteFallback"},
+        {"type": "Fuse"},
+    ],
+}
+_UNSET = object()
+
 _LOOKED_FOR = "tokenizer.json, tokenizer.json.xz, or vocab.json + merges.txt, or a tiktoken file"
 
 
@@ -156,6 +167,7 @@ class Tokenizer:
         self.byte_level = type(hf.decoder).__name__ == "ByteLevel"
         self._byte_map = gpt2_byte_decoder() if self.byte_level else None
         self._token_bytes: dict[int, bytes] = {}
+        self.plain_texts: dict[int, str | None] = {}  # memo of `plain_text`
 
     def _find_stop_token_ids(self) -> Iterable[int]:
         if self.eos_token is not None:
@@ -221,6 +233,60 @@ class Tokenizer:
             except ValueError:
                 pass
         return piece.replace("\u2581", " ").encode("utf-8")
+
+    def plain_text(self, token_id: int) -> str | None:
+        """The text an ordinary token makes on its own when nothing is pending before it,
+        or None: an added token, a byte that needs its neighbours (a byte-fallback
+        `<0xHH>`, or bytes that are not whole UTF-8 characters), no text at all, or a
+        decoder whose output depends on position (see `piecewise`). Memoised in
+        `plain_texts`, which the detokenizer reads directly."""
+        text = self.plain_texts.get(token_id, _UNSET)
+        if text is _UNSET:
+            text = self.plain_texts[token_id] = self._plain_text(token_id)
+        return text
+
+    def _plain_text(self, token_id: int) -> str | None:
+        if token_id in self._added_ids:
+            return None
+        if self.byte_level:
+            try:
+                return self.token_bytes(token_id).decode("utf-8") or None
+            except UnicodeDecodeError:
+                return None
+        if token_id in self.piecewise_byte_ids:
+            return None
+        piece = self.id_to_token(token_id)
+        if piece is None:
+            return None
+        return piece.replace("\u2581", " ") or None
+
+    @property
+    def piecewise(self) -> bool:
+        """Whether decode() is token by token under a SentencePiece byte-fallback decoder
+        (Gemma's: U+2581 -> space, byte fallback, fuse): each token's text is its piece
+        with U+2581 as a space, except that a run of `<0xHH>` tokens decodes as a whole
+        (invalid UTF-8 anywhere in it makes every byte U+FFFD). Read from the decoder on
+        each call: a caller may swap `hf.decoder`."""
+        decoder = self.hf.decoder
+        if decoder is None:
+            return False
+        try:
+            state = json.loads(decoder.__getstate__())
+        except (AttributeError, TypeError, ValueError):
+            return False
+        return state == _PIECEWISE_DECODER and self.piecewise_byte_ids is not None
+
+    @functools.cached_property
+    def piecewise_byte_ids(self) -> frozenset[int] | None:
+        """Every vocabulary id that a byte-fallback decoder reads as one byte: `<0xHH>` with
+        HH as Rust's u8::from_str_radix(_, 16) accepts it (either case, a leading '+').
+        None when an added token looks like one: decode() would fold it into byte runs."""
+        digits = "0123456789abcdefABCDEF+"
+        spellings = [f"<0x{a}{b}>" for a in digits for b in digits if b != "+"]
+        if any(t in self._added for t in spellings):
+            return None
+        ids = (self.hf.token_to_id(t) for t in spellings)
+        return frozenset(i for i in ids if i is not None)
 
     @property
     def special_ids(self) -> frozenset[int]:

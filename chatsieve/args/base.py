@@ -100,6 +100,13 @@ class RegionCodec:
         belongs to the engine again."""
         raise NotImplementedError
 
+    def plain(self, text: str) -> str | None:
+        """Fast lane: when feeding `text` would do nothing but add argument JSON to the
+        open call (one `Args` op; no other op, state the engine reads, or text given
+        back), take it and return that JSON; else None and nothing taken (the engine
+        then feeds it). Codecs offer this inside argument strings; the default never."""
+        return None
+
     def marker(self, marker: str) -> bool:
         """A control marker inside the region. True: consumed (as structure, or as
         literal text inside a string). False: the engine decides what it means."""

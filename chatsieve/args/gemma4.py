@@ -28,6 +28,10 @@ def _dump(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
+# what json.dumps(ensure_ascii=False) escapes inside a string
+_JSON_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+
+
 def _esc(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)[1:-1]
 
@@ -125,6 +129,11 @@ class Gemma4CallCodec(RegionCodec):
                     continue
             i += 1
         return n
+
+    def plain(self, text: str) -> str | None:
+        if self._st != STRING or self._string_buffered or self._error is not None:
+            return None
+        return text if _JSON_ESCAPE.search(text) is None else _esc(text)
 
     def marker(self, marker: str) -> bool:
         st = self._st

@@ -48,6 +48,13 @@ class JsonScanner:
     def started(self) -> bool:
         return bool(self._stack) or self._state != _VALUE
 
+    def plain(self, text: str) -> str | None:
+        """`text` as the scanner would output it, when it is the inside of an open string
+        with nothing to escape or end it (then it is taken); else None, nothing taken."""
+        if self._state != _STRING or self._escape or self._out or _STRING_STOP.search(text):
+            return None
+        return text
+
     def take(self) -> str:
         s = "".join(self._out)
         self._out.clear()

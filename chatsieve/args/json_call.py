@@ -98,6 +98,11 @@ class JsonCallCodec(RegionCodec):
             i += 1
         return n
 
+    def plain(self, text: str) -> str | None:
+        if self._st != VALUE or self._kind != "args" or self._name is None or self._error is not None:
+            return None
+        return self._sc.plain(text)
+
     def marker(self, marker: str) -> bool:
         if self._sc is not None and self._sc.in_string and self._st in (KEY, VALUE):
             self._feed(marker)  # a delimiter inside a JSON string is just text

@@ -1,0 +1,127 @@
+"""StreamParser's fast lane: plain text skips the pipeline's stages, with exactly the
+events the full pipeline gives (the fixtures check every case both ways; this checks
+events one by one on random outputs, and that the lane is really taken)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from models import tokenizer
+
+from chatsieve import StreamParser
+from chatsieve.events import ToolCallStart
+from chatsieve.lexer import MarkerLexer
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "n": {"type": "integer"}},
+            },
+        },
+    }
+]
+
+# Pieces of model output for two families: markers, quoting and escaping characters,
+# whitespace, and words; random sequences of them are outputs both paths must agree on.
+FRAGMENTS = {
+    "qwen3": [
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>",
+        '{"name": "write_file", "arguments": {"path": "', '", "n": 3}}', '"', "\\", "\\n", "\\u00e9",
+        " the", " file", "中文", "\n", "\n\n", " ", "<", "tool", "{", "}",
+    ],
+    "gemma4": [
+        "<|channel>", "thought\n", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<turn|>",
+        "call:write_file{path:", ",n:3}", '"', "\\", " the", " file", "中文", "\n", " ", "<", "thought", "{", "}",
+    ],
+}
+
+
+def _norm(events: list) -> list:
+    """Events with call ids (random) blanked."""
+    return [ToolCallStart(e.index, "", e.name) if isinstance(e, ToolCallStart) else e for e in events]
+
+
+def _run(fmt: str, chunks: list, fast: bool, tok=None, **options) -> list:
+    p = StreamParser(fmt, tools=TOOLS, fast_lane=fast, tokenizer=tok, **options)
+    events = []
+    for ch in chunks:
+        events += p.feed(token_ids=ch) if tok is not None else p.feed(ch)
+    return _norm(events + p.finish())
+
+
+@pytest.mark.parametrize("fmt", sorted(FRAGMENTS))
+@pytest.mark.parametrize("stream_arguments", [False, True])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_same_events_with_and_without_the_fast_lane(fmt, stream_arguments, data):
+    parts = data.draw(st.lists(st.sampled_from(FRAGMENTS[fmt]), max_size=30))
+    thinking = data.draw(st.booleans())
+    text = "".join(parts)
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=len(text))))
+    bounds = [0, *[c for c in cuts if c < len(text)], len(text)]
+    chunks = [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    opts = {"stream_arguments": stream_arguments, "thinking": thinking}
+    assert _run(fmt, chunks, True, **opts) == _run(fmt, chunks, False, **opts)
+
+
+def _tokenizer(fmt: str):
+    return tokenizer(fmt)
+
+
+@pytest.mark.parametrize("fmt", sorted(FRAGMENTS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_same_events_in_token_mode(fmt, data):
+    tok = _tokenizer(fmt)
+    text = "".join(data.draw(st.lists(st.sampled_from(FRAGMENTS[fmt]), max_size=30)))
+    ids = tok.encode(text)
+    size = data.draw(st.integers(1, 4))
+    chunks = [ids[k : k + size] for k in range(0, len(ids), size)]
+    thinking = data.draw(st.booleans())
+    assert _run(fmt, chunks, True, tok, thinking=thinking) == _run(fmt, chunks, False, tok, thinking=thinking)
+
+
+SENTENCE = " Let me write the notes file now, and then check it."
+PATH = "/tmp/notes" + " and more notes here" * 5
+OUTPUTS = {
+    "qwen3": (
+        f"<think>\n{SENTENCE * 5}\n</think>\n\n{SENTENCE * 5}",
+        f'<tool_call>\n{{"name": "write_file", "arguments": {{"path": "{PATH}", "n": 3}}}}\n</tool_call>',
+    ),
+    "gemma4": (
+        f"<|channel>thought\n{SENTENCE * 5}<channel|>{SENTENCE * 5}",
+        f'<|tool_call>call:write_file{{path:<|"|>{PATH}<|"|>,n:3}}<tool_call|>',
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(OUTPUTS))
+@pytest.mark.parametrize("mode", ["text", "tokens"])
+def test_the_lane_is_taken(fmt, mode, monkeypatch):
+    """Most deltas of reasoning, content and an argument string never reach the lexer."""
+    tok = _tokenizer(fmt)
+    lexer_feeds = []
+    real_feed = MarkerLexer.feed
+    monkeypatch.setattr(MarkerLexer, "feed", lambda self, piece: lexer_feeds.append(piece) or real_feed(self, piece))
+    prose, call = OUTPUTS[fmt]
+    ids = tok.encode(prose + call)
+    p = StreamParser(fmt, tools=TOOLS, thinking=True, tokenizer=tok if mode == "tokens" else None)
+    if mode == "tokens":
+        for i in ids:
+            p.feed(token_ids=[i])
+    else:
+        for i in ids:
+            p.feed(tok.decode([i]))
+    p.finish()
+    msg = p.message
+    assert msg.reasoning == msg.content == SENTENCE.strip() + SENTENCE * 4
+    assert [c.name for c in msg.tool_calls] == ["write_file"]
+    assert json.loads(msg.tool_calls[0].arguments) == {"path": PATH, "n": 3}
+    assert len(lexer_feeds) < len(ids) / 4, f"{len(lexer_feeds)} of {len(ids)} deltas took the full pipeline"

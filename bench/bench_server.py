@@ -136,6 +136,9 @@ class EngineConnection(asyncio.Protocol):
                 return
             self.buf = rest[length:]
             self.engine.requests += 1
+            if head.startswith(b"GET /health"):  # as vLLM answers it: 200, empty body
+                self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                continue
             if head.startswith(b"GET /stats"):
                 body = json.dumps({"connections": self.engine.connections, "requests": self.engine.requests})
                 self.transport.write(

@@ -16,7 +16,7 @@ from chatsieve import StreamParser
 from chatsieve.tokenizer import derive_gemma4_tokenizer, load_tokenizer
 
 SIZES = (2_000, 8_000, 32_000)
-REPEAT = 3
+REPEAT = 5
 
 
 def models_dir() -> Path:

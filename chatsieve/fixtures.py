@@ -214,7 +214,7 @@ def split_points(text: str, delims: tuple[str, ...]) -> list[int]:
     n = len(text)
     if n <= EVERY_SPLIT_LIMIT:
         return list(range(1, n))
-    pts = set(range(1, n, max(1, n // 200)))
+    pts = set(range(1, n, max(1, n // 100)))
     for d in delims:
         start = text.find(d)
         while start >= 0:

@@ -36,6 +36,11 @@ FRAGMENTS = {
         '{"name": "write_file", "arguments": {"path": "', '", "n": 3}}', '"', "\\", "\\n", "\\u00e9",
         " the", " file", "中文", "\n", "\n\n", " ", "<", "tool", "{", "}",
     ],
+    "qwen3_coder": [
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>", "<function=write_file>",
+        "</function>", "<parameter=path>", "<parameter=n>", "</parameter>", "\n", " the", " file",
+        '"', "\\", "中文", "<", "3", "\n\n", "para", "meter>",
+    ],
     "gemma4": [
         "<|channel>", "thought\n", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<turn|>",
         "call:write_file{path:", ",n:3}", '"', "\\", " the", " file", "中文", "\n", " ", "<", "thought", "{", "}",
@@ -72,7 +77,7 @@ def test_same_events_with_and_without_the_fast_lane(fmt, stream_arguments, data)
 
 
 def _tokenizer(fmt: str):
-    return tokenizer(fmt)
+    return tokenizer("qwen3" if fmt == "qwen3_coder" else fmt)
 
 
 @pytest.mark.parametrize("fmt", sorted(FRAGMENTS))
@@ -94,6 +99,11 @@ OUTPUTS = {
     "qwen3": (
         f"<think>\n{SENTENCE * 5}\n</think>\n\n{SENTENCE * 5}",
         f'<tool_call>\n{{"name": "write_file", "arguments": {{"path": "{PATH}", "n": 3}}}}\n</tool_call>',
+    ),
+    "qwen3_coder": (
+        f"<think>\n{SENTENCE * 5}\n</think>\n\n{SENTENCE * 5}",
+        f"<tool_call>\n<function=write_file>\n<parameter=path>\n{PATH}\n</parameter>\n"
+        "<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>",
     ),
     "gemma4": (
         f"<|channel>thought\n{SENTENCE * 5}<channel|>{SENTENCE * 5}",

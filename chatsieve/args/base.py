@@ -8,6 +8,7 @@ end, or failure. One codec instance serves one region, which may hold one call
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import string
@@ -28,6 +29,18 @@ def valid_function_name(name: str, tools: Mapping[str, Any] | None = None) -> bo
     if tools and name in tools:
         return True
     return len(name) <= MAX_NAME and bool(_FUNCTION_NAME.fullmatch(name)) and not name.isdigit()
+
+
+# what json.dumps(ensure_ascii=False) escapes inside a string
+_JSON_ESCAPE = re.compile(r'["\\\x00-\x1f]')
+
+
+def json_string_body(text: str) -> str:
+    """`text` as the inside of a JSON string (json.dumps(text, ensure_ascii=False) without its
+    quotes), returned as it is when nothing in it needs escaping."""
+    if _JSON_ESCAPE.search(text) is None:
+        return text
+    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def openai_call_id(native: str | None = None) -> str:
@@ -104,7 +117,8 @@ class RegionCodec:
         """Fast lane: when feeding `text` would do nothing but add argument JSON to the
         open call (one `Args` op; no other op, state the engine reads, or text given
         back), take it and return that JSON; else None and nothing taken (the engine
-        then feeds it). Codecs offer this inside argument strings; the default never."""
+        then feeds it). Codecs offer this inside argument strings; the default never. A
+        subclass whose `feed` filters text first must turn it off again."""
         return None
 
     def marker(self, marker: str) -> bool:

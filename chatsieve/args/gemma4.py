@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ..tools import coerce_json, items_schema, property_schema, schema_types
-from .base import CallContext, RegionCodec, valid_function_name
+from .base import CallContext, RegionCodec, json_string_body, valid_function_name
 
 QUOTE = '<|"|>'
 _NAME = re.compile(r"[\w\-.]+")
@@ -26,10 +26,6 @@ VALUE, VALUE_OR_CLOSE, BARE, STRING, AFTER_VALUE, DONE = "value", "value|]", "ba
 
 def _dump(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
-
-
-# what json.dumps(ensure_ascii=False) escapes inside a string
-_JSON_ESCAPE = re.compile(r'["\\\x00-\x1f]')
 
 
 def _esc(s: str) -> str:
@@ -133,7 +129,7 @@ class Gemma4CallCodec(RegionCodec):
     def plain(self, text: str) -> str | None:
         if self._st != STRING or self._string_buffered or self._error is not None:
             return None
-        return text if _JSON_ESCAPE.search(text) is None else _esc(text)
+        return json_string_body(text)
 
     def marker(self, marker: str) -> bool:
         st = self._st

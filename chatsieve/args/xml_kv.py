@@ -27,7 +27,7 @@ from functools import cached_property
 from typing import Any
 
 from ..tools import JSON_NUMBER, coerce_json, json_text, property_schema, schema_types
-from .base import CallContext, Junk, RegionCodec, valid_function_name
+from .base import CallContext, Junk, RegionCodec, json_string_body, valid_function_name
 
 _WS = " \t\r\n"
 _NAME = re.compile(r"[^\s<>\"'{}\[\],]+")
@@ -83,6 +83,11 @@ class XmlKvSyntax:
             k: re.compile("|".join(re.escape(s) for s in sorted(v, key=len, reverse=True))) if v else None
             for k, v in self.stops.items()
         }
+
+    @cached_property
+    def value_plain(self) -> re.Pattern:
+        """The characters that can begin a stop inside a value: text without them is plain."""
+        return re.compile("[" + "".join(sorted({re.escape(s[0]) for s in self.stops[VALUE]})) + "]")
 
     @cached_property
     def prefixes(self) -> dict[str, tuple[frozenset[str], int]]:
@@ -154,6 +159,20 @@ class XmlKvCodec(RegionCodec):
         self._held = ""
         end = self._scan(buf, final=False)
         return len(text) if end is None else max(end - old, 0)
+
+    def plain(self, text: str) -> str | None:
+        if (
+            self._st != VALUE
+            or self._held
+            or not self._streaming
+            or not self._v_started
+            or self._v_hold
+            or text[-1] == "\n"
+            or self.syntax.value_plain.search(text) is not None
+        ):
+            return None
+        self._v_nl = False
+        return json_string_body(text)
 
     def marker(self, marker: str) -> bool:
         if self._st == PEEK and marker in self.syntax.structural:

@@ -39,6 +39,9 @@ class MiniCPM5CallCodec(XmlKvCodec):
         self._f = _PASS
         self._hold = ""  # text the filter cannot judge yet
 
+    def plain(self, text: str) -> str | None:
+        return None  # every character must pass through `feed`
+
     def feed(self, text: str) -> int:
         super().feed(self._filter(text))
         return len(text)

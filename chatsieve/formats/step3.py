@@ -38,6 +38,9 @@ class Step3CallCodec(XmlKvCodec):
         self._type: list[str] | None = None  # the call type being read (after CALL_BEGIN)
         self._skip: list[str] | None = None  # a call of another type, up to its end
 
+    def plain(self, text: str) -> str | None:
+        return None  # every character must pass through `feed`
+
     def feed(self, text: str) -> int:
         held = self._type if self._type is not None else self._skip
         if held is not None:

@@ -129,10 +129,12 @@ class MessageBuilder:
     def apply(self, event: Event) -> None:
         if isinstance(event, ContentDelta):
             self._content.append(event.text)
-            self._add_logprobs(event.logprobs)
+            if event.logprobs:
+                self._add_logprobs(event.logprobs)
         elif isinstance(event, ReasoningDelta):
             self._reasoning.append(event.text)
-            self._add_logprobs(event.logprobs)
+            if event.logprobs:
+                self._add_logprobs(event.logprobs)
         elif isinstance(event, ToolCallStart):
             self._calls.append(ToolCall(event.id, event.name, ""))
             self._args.append([])
@@ -157,8 +159,7 @@ class MessageBuilder:
             logprobs=list(self._logprobs) if self._logprobs is not None else None,
         )
 
-    def _add_logprobs(self, logprobs: tuple[TokenLogprob, ...] | None) -> None:
-        if logprobs:
-            if self._logprobs is None:
-                self._logprobs = []
-            self._logprobs.extend(logprobs)
+    def _add_logprobs(self, logprobs: tuple[TokenLogprob, ...]) -> None:
+        if self._logprobs is None:
+            self._logprobs = []
+        self._logprobs.extend(logprobs)

@@ -102,20 +102,22 @@ class MarkerLexer:
         self._scan(piece.text, out)
         return out
 
-    def plain(self, text: str) -> int | None:
-        """Where an ordinary (non-control) piece of `text` would start, if feeding it would
-        give exactly `Text(text, start)`: nothing is held or pending and no character of it
-        can begin a marker. None otherwise. Changes nothing; `advance` records it taken."""
+    def take_plain(self, text: str) -> int | None:
+        """Fast lane: when feeding an ordinary (non-control) piece of `text` would give
+        exactly `Text(text, start)` (nothing is held or pending, and no character of it
+        can begin a marker), take it so and return `start`; else None, nothing taken.
+        `untake` gives it back if the next stage declines it."""
         if self._held or self._pending is not None:
             return None
         if self._first_re is not None and self._first_re.search(text) is not None:
             return None
-        return self._pos
+        start = self._pos
+        self._pos = self._held_start = start + len(text)
+        return start
 
-    def advance(self, n: int) -> None:
-        """`n` characters were taken as plain text (see `plain`)."""
-        self._pos += n
-        self._held_start = self._pos
+    def untake(self, start: int) -> None:
+        """Undo the `take_plain` that returned `start`."""
+        self._pos = self._held_start = start
 
     def finish(self) -> list[Segment]:
         out: list[Segment] = []

@@ -230,14 +230,13 @@ class StreamParser:
         stops = self._stops
         if stops is not None and not stops.passes(text, token_id):
             return None
-        lexer = self._lexer
-        start = lexer.plain(text)
+        start = self._lexer.take_plain(text)
         if start is None:
             return None
         kind = self._engine.take_plain(text, start)
         if kind is None:
+            self._lexer.untake(start)
             return None
-        lexer.advance(len(text))
         self._pos += len(text)
         if kind == "region":
             return self._events() if self._engine.out else []

@@ -140,7 +140,7 @@ class Engine:
         elif mode == CONTENT:
             if self._label is not None or self._start_held is not None:
                 return None
-            if self._filter is not None and not self._filter.idle:
+            if self._filter is not None and not getattr(self._filter, "idle", False):
                 return None
             sink = self._content
         elif mode == REGION:

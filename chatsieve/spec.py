@@ -13,7 +13,9 @@ from .args.base import CallContext, RegionCodec, openai_call_id
 class ContentFilter(Protocol):
     """A streaming cleaner for content text (e.g. Gemma 4's echoed-thought debris)."""
 
-    idle: bool  # write() would return its text unchanged, as one kept piece
+    # Optional: True while write() would return its text unchanged as one kept piece (lets
+    # the parser's fast lane pass content by); a filter without it is always consulted.
+    idle: bool
 
     def mark(self) -> None:
         """A boundary (output start, a removed marker, a call) was just passed."""

@@ -6,7 +6,7 @@ under bench/, from this checkout) ROUNDS times with `chatsieve` imported from OT
 from this checkout, interleaved, and prints each run's output under its label.
 
     git worktree add /tmp/before <commit>
-    python bench/ab.py /tmp/before bench/bench_stream.py --rounds 2
+    python bench/ab.py --rounds 2 /tmp/before bench/bench_stream.py [script arguments]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("other", help="the other checkout (its root holds chatsieve/)")
     ap.add_argument("script", help="the benchmark script to run, e.g. bench/bench_stream.py")
-    ap.add_argument("--rounds", type=int, default=2, help="alternations (2)")
+    ap.add_argument("--rounds", type=int, default=2, help="alternations (2); before OTHER")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     a = ap.parse_args()
     other = Path(a.other).resolve()

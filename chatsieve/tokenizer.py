@@ -237,9 +237,9 @@ class Tokenizer:
     def plain_text(self, token_id: int) -> str | None:
         """The text an ordinary token makes on its own when nothing is pending before it,
         or None: an added token, a byte that needs its neighbours (a byte-fallback
-        `<0xHH>`, or bytes that are not whole UTF-8 characters), no text at all, or a
-        decoder whose output depends on position (see `piecewise`). Memoised in
-        `plain_texts`, which the detokenizer reads directly."""
+        `<0xHH>`, or bytes that are not whole UTF-8 characters), or no text at all. Holds
+        for byte-level decoders and `piecewise` ones only: the detokenizer asks for no
+        other. Memoised in `plain_texts`, which the detokenizer reads directly."""
         text = self.plain_texts.get(token_id, _UNSET)
         if text is _UNSET:
             text = self.plain_texts[token_id] = self._plain_text(token_id)
@@ -253,7 +253,7 @@ class Tokenizer:
                 return self.token_bytes(token_id).decode("utf-8") or None
             except UnicodeDecodeError:
                 return None
-        if token_id in self.piecewise_byte_ids:
+        if token_id in (self.piecewise_byte_ids or ()):
             return None
         piece = self.id_to_token(token_id)
         if piece is None:

@@ -1,6 +1,6 @@
-"""StreamParser's fast lane: plain text skips the pipeline's stages, with exactly the
-events the full pipeline gives (the fixtures check every case both ways; this checks
-events one by one on random outputs, and that the lane is really taken)."""
+"""StreamParser's fast lane: plain text skips the pipeline's stages, with the events the
+full pipeline gives (the fixtures check every case both ways; this checks the events
+themselves on random outputs, and that the lane is really taken)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ TOOLS = [
     }
 ]
 
-# Pieces of model output for two families: markers, quoting and escaping characters,
+# Pieces of model output for three families: markers, quoting and escaping characters,
 # whitespace, and words; random sequences of them are outputs both paths must agree on.
 FRAGMENTS = {
     "qwen3": [

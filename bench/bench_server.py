@@ -31,25 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_stream import make_output, models_dir  # noqa: E402
+from bench_stream import TOOLS, make_output, models_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "content": {"type": "string"},
-                    "append": {"type": "boolean"},
-                },
-            },
-        },
-    }
-]
 MODEL = "bench"
 
 

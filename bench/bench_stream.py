@@ -26,6 +26,24 @@ def models_dir() -> Path:
     sys.exit("bench: set CHATSIEVE_MODELS to the shared models directory")
 
 
+# the tool the generated outputs call (benches that pass tools use this one)
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "content": {"type": "string"},
+                    "append": {"type": "boolean"},
+                },
+            },
+        },
+    }
+]
+
 PROSE = (
     "The forecast for Cambridge shows light rain in the morning, clearing by noon, with "
     "winds from the northwest at twelve miles per hour. 明天有小雨，下午转晴。 "

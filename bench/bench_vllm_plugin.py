@@ -23,29 +23,13 @@ from pathlib import Path
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_stream import make_output, models_dir  # noqa: E402
+from bench_stream import TOOLS, make_output, models_dir  # noqa: E402
 
 from chatsieve.detok import Detokenizer  # noqa: E402
 from chatsieve.tokenizer import derive_gemma4_tokenizer, load_tokenizer  # noqa: E402
 
 SIZES = (2_000, 8_000)
 BUILTIN = {"qwen3": ("qwen3", "hermes"), "gemma4": ("gemma4", "gemma4")}  # vLLM's (reasoning, tool) parsers
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "content": {"type": "string"},
-                    "append": {"type": "boolean"},
-                },
-            },
-        },
-    }
-]
 PROMPT = {
     "qwen3": "<|im_start|>user\nWrite the notes.<|im_end|>\n<|im_start|>assistant\n",
     "gemma4": "<|turn>user\nWrite the notes.<turn|>\n<|turn>model\n",

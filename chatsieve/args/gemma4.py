@@ -28,9 +28,6 @@ def _dump(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
-def _esc(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)[1:-1]
-
 
 class Gemma4CallCodec(RegionCodec):
     def __init__(self, ctx: CallContext) -> None:
@@ -300,7 +297,7 @@ class Gemma4CallCodec(RegionCodec):
         elif self._string_buffered:
             self._string_parts.append(s)
         else:
-            self.args(_esc(s))
+            self.args(json_string_body(s))
 
     def _string_done(self) -> None:
         if self._string_buffered:

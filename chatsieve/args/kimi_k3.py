@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 
-from .base import CallContext, RegionCodec
+from .base import CallContext, RegionCodec, json_string_body
 
 SEP = "<|sep|>"
 CALL_OPEN, CALL_CLOSE = "<|open|>call", "<|close|>call" + SEP
@@ -34,9 +34,6 @@ def _attrs(raw: str) -> dict[str, str] | None:
         return None
     return {k: _unescape(v) for k, v in _ATTR.findall(raw)}
 
-
-def _esc(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)[1:-1]
 
 
 class KimiK3ToolsCodec(RegionCodec):
@@ -65,7 +62,7 @@ class KimiK3ToolsCodec(RegionCodec):
                 self._err("attributes too long")
         elif st == VALUE:
             if self._string:
-                self.args(_esc(text))
+                self.args(json_string_body(text))
             else:
                 self._buf.append(text)
         elif text.strip(_WS):  # BODY

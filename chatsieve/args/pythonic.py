@@ -11,7 +11,7 @@ import json
 import re
 import unicodedata
 
-from .base import CallContext, RegionCodec, valid_function_name
+from .base import CallContext, RegionCodec, json_string_body, valid_function_name
 from .json import _NUMBER as JSON_NUMBER
 
 _WS = " \t\r\n"
@@ -35,9 +35,6 @@ LIST, CALL_OR_END, NAME, AFTER_NAME, KW_OR_CLOSE, KW, AFTER_KW, AFTER_ARG, AFTER
 # value-level states
 V_START, V_START_OR_CLOSE, V_KEY_OR_CLOSE, V_COLON, V_AFTER, V_STRING, V_NUMBER, V_WORD = range(10, 18)
 
-
-def _esc(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)[1:-1]
 
 
 def python_number(lexeme: str) -> str | None:
@@ -430,13 +427,13 @@ class PythonicCallCodec(RegionCodec):
                         self._string_done()
                         return i
                     continue
-                self.args(_esc(q * self._closing))
+                self.args(json_string_body(q * self._closing))
                 self._closing = 0
                 continue
             m = _STOPS[q].search(text, i)
             j = m.start() if m else n
             if j > i:
-                self.args(_esc(text[i:j]))
+                self.args(json_string_body(text[i:j]))
             if m is None:
                 return n
             if text[j] == q:
@@ -464,17 +461,17 @@ class PythonicCallCodec(RegionCodec):
         esc = self._escape
         if self._raw:  # a raw string keeps the backslash and the character after it
             self._escape = ""
-            self.args(_esc("\\" + c))
+            self.args(json_string_body("\\" + c))
             return i + 1
         if len(esc) == 1:
             if c in _SIMPLE_ESCAPES:
                 self._escape = ""
-                self.args(_esc(_SIMPLE_ESCAPES[c]))
+                self.args(json_string_body(_SIMPLE_ESCAPES[c]))
             elif c in "xuUN" or c in _OCTAL:
                 self._escape = esc + c
             else:  # an unknown escape keeps its backslash, as Python does
                 self._escape = ""
-                self.args(_esc("\\" + c))
+                self.args(json_string_body("\\" + c))
             return i + 1
         kind = esc[1]
         if kind in _OCTAL:
@@ -496,7 +493,7 @@ class PythonicCallCodec(RegionCodec):
                 return i + 1
             self._escape = ""
             try:
-                self.args(_esc(unicodedata.lookup(esc[3:])))
+                self.args(json_string_body(unicodedata.lookup(esc[3:])))
             except KeyError:
                 self._err(f"unknown character name in {esc}}}")
             return i + 1
@@ -518,7 +515,7 @@ class PythonicCallCodec(RegionCodec):
         elif 0xD800 <= cp <= 0xDFFF:
             self.args(f"\\u{cp:04x}")  # a surrogate stays escaped (pairs still decode)
         else:
-            self.args(_esc(chr(cp)))
+            self.args(json_string_body(chr(cp)))
 
     def _err(self, why: str) -> None:
         if self._error is None:

@@ -117,9 +117,6 @@ def _raw_json(raw: str) -> str | None:
         return None
 
 
-def _esc(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)[1:-1]
-
 
 class XmlKvCodec(RegionCodec):
     """Subclass with `syntax = XmlKvSyntax(...)` (see `xml_kv_codec`).
@@ -459,7 +456,7 @@ class XmlKvCodec(RegionCodec):
         if trim and s.endswith("\n"):
             s, self._v_hold = s[:-1], "\n"
         if s:
-            self.args(_esc(s))
+            self.args(json_string_body(s))
 
     def _value_done(self) -> None:
         if self._streaming:

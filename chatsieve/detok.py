@@ -63,7 +63,7 @@ class Detokenizer:
             self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
             self._text: list[str] = []  # decoded text of the pending ids
         elif self._piecewise:
-            self._run_ids: frozenset[int] = tokenizer.piecewise_byte_ids
+            self._run_ids: frozenset[int] = tokenizer.byte_fallback_ids
             self._run = bytearray()  # bytes of the pending byte-fallback run
         else:
             self._byte_ids: frozenset[int] = getattr(tokenizer, "byte_fallback_ids", frozenset())

@@ -260,11 +260,10 @@ def check_case(case: Case, tokenizer_for: Callable[[str], Any] | None = None) ->
             cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 12)))) if len(text) > 1 else []
             bounds = [0, *cuts, len(text)]
             chunkings.append([text[a:b] for a, b in zip(bounds, bounds[1:])])
-        # the same deltas through the full pipeline only (StreamParser's fast lane off)
-        chunkings.append(("full pipeline", list(text)))
-        for chunks in chunkings:
-            fast = not isinstance(chunks, tuple)
-            chunks = chunks if fast else chunks[1]
+        # (chunks, fast lane): every chunking with StreamParser's fast lane, and one
+        # character at a time through the full pipeline only (the lane off)
+        runs = [(chunks, True) for chunks in chunkings] + [(list(text), False)]
+        for chunks, fast in runs:
             where = f"stream{'' if fast else ' full pipeline'}, {mode}"
             try:
                 msg, events = _run(case, chunks, stream=stream, fast_lane=fast)

@@ -77,6 +77,8 @@ _PIECEWISE_DECODER = {
     ],
 }
 _UNSET = object()
+# every spelling of a byte-fallback token, as the decoder's hex parse accepts it
+_BYTE_SPELLINGS = tuple(f"<0x{a}{b}>" for a in "0123456789abcdefABCDEF+" for b in "0123456789abcdefABCDEF")
 
 _LOOKED_FOR = "tokenizer.json, tokenizer.json.xz, or vocab.json + merges.txt, or a tiktoken file"
 
@@ -253,7 +255,7 @@ class Tokenizer:
                 return self.token_bytes(token_id).decode("utf-8") or None
             except UnicodeDecodeError:
                 return None
-        if token_id in (self.piecewise_byte_ids or ()):
+        if token_id in self.byte_fallback_ids:
             return None
         piece = self.id_to_token(token_id)
         if piece is None:
@@ -274,19 +276,12 @@ class Tokenizer:
             state = json.loads(decoder.__getstate__())
         except (AttributeError, TypeError, ValueError):
             return False
-        return state == _PIECEWISE_DECODER and self.piecewise_byte_ids is not None
+        return state == _PIECEWISE_DECODER and not self._added_byte_spelling
 
     @functools.cached_property
-    def piecewise_byte_ids(self) -> frozenset[int] | None:
-        """Every vocabulary id that a byte-fallback decoder reads as one byte: `<0xHH>` with
-        HH as Rust's u8::from_str_radix(_, 16) accepts it (either case, a leading '+').
-        None when an added token looks like one: decode() would fold it into byte runs."""
-        digits = "0123456789abcdefABCDEF+"
-        spellings = [f"<0x{a}{b}>" for a in digits for b in digits if b != "+"]
-        if any(t in self._added for t in spellings):
-            return None
-        ids = (self.hf.token_to_id(t) for t in spellings)
-        return frozenset(i for i in ids if i is not None)
+    def _added_byte_spelling(self) -> bool:
+        """An added token looks like a byte token: decode() would fold it into byte runs."""
+        return any(t in self._added for t in _BYTE_SPELLINGS)
 
     @property
     def special_ids(self) -> frozenset[int]:
@@ -303,11 +298,13 @@ class Tokenizer:
 
         Such a decoder (SentencePiece-style byte fallback, e.g. Gemma) decodes a run of
         byte tokens as a whole: if the run is not valid UTF-8, every byte becomes U+FFFD.
+        A byte token is `<0xHH>` with HH as its u8::from_str_radix(_, 16) reads it (either
+        case, a leading '+').
         """
         decoder = self.hf.decoder
         if decoder is None or "ByteFallback" not in repr(decoder):
             return frozenset()
-        ids = (self.hf.token_to_id(f"<0x{b:02X}>") for b in range(256))
+        ids = (self.hf.token_to_id(t) for t in _BYTE_SPELLINGS)
         return frozenset(i for i in ids if i is not None and i not in self._added_ids)
 
     def __repr__(self) -> str:

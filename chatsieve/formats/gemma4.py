@@ -18,11 +18,14 @@ class ThoughtDebris:
         self._armed = False
         self._line = ""
         self._line_start = 0
-        self.idle = True  # not armed: write() passes text through as it is
+
+    @property
+    def idle(self) -> bool:
+        """Not armed: write() passes text through as it is."""
+        return not self._armed
 
     def mark(self) -> None:
         self._armed = True
-        self.idle = False
 
     def write(self, text: str, start: int) -> list[tuple]:
         out: list[tuple] = []
@@ -46,7 +49,6 @@ class ThoughtDebris:
                     self._line = ""
                 break
             i += 1
-        self.idle = not self._armed
         if i < n:
             out.append((text[i:], start + i))
         return out

@@ -27,7 +27,7 @@ from chatsieve.grammar import (
     response_format_constraint,
     supported_formats,
 )
-from chatsieve.openai import RequestError, parse_chat_request
+from chatsieve.protocols.openai_chat import RequestError, parse_chat_request
 from chatsieve.server.backends import (
     GenerationRequest,
     llamacpp_payload,

@@ -6,8 +6,8 @@ import pytest
 from models import chat_tokenizer, model_path
 
 from chatsieve.messages import MessageError, normalize_messages
-from chatsieve.openai import RequestError, parse_chat_request
 from chatsieve.prompt import PromptError, render_prompt
+from chatsieve.protocols.openai_chat import RequestError, parse_chat_request
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 

@@ -16,7 +16,7 @@ from fake_engines import FakeEngine, Script, ServerThread
 from models import model_path
 
 import chatsieve
-from chatsieve.openai import RequestError, RequestLimits, parse_chat_request
+from chatsieve.protocols.openai_chat import RequestError, RequestLimits, parse_chat_request
 from chatsieve.server import build_parser, config_from_args, serve_main
 from chatsieve.server.app import ServerConfig, create_app
 from chatsieve.server.security import SecurityPolicy

@@ -1,4 +1,4 @@
-"""chatsieve.openai without a network: request validation, tool-choice policy, chunk and response shapes."""
+"""chatsieve.protocols.openai_chat without a network: request validation, tool-choice policy, chunk and response shapes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from chatsieve.events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from chatsieve.openai import (
+from chatsieve.protocols.openai_chat import (
     ChunkStream,
     CompletionCollector,
     RequestError,

@@ -32,7 +32,7 @@ from chatsieve.events import (  # noqa: E402
     ToolCallEnd,
     ToolCallStart,
 )
-from chatsieve.openai import ChunkStream, parse_chat_request, sse_all  # noqa: E402
+from chatsieve.protocols.openai_chat import ChunkStream, parse_chat_request, sse_all  # noqa: E402
 from chatsieve.server import build_parser, uvicorn_options  # noqa: E402
 from chatsieve.server.app import _stream  # noqa: E402
 from chatsieve.server.backends import BackendError  # noqa: E402

@@ -48,8 +48,8 @@ from ..events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from ..openai import ToolCallFilter
 from ..parser import StreamParser, resolve_delimiters
+from ..protocols.openai_chat import ToolCallFilter
 
 SUPPORTED_VLLM = ">=0.33,<0.34"
 TESTED_VLLM = "0.33.0"

@@ -166,7 +166,7 @@ def uvicorn_options(args: argparse.Namespace) -> dict:
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None):  # -> ServerConfig
-    from chatsieve.openai import RequestLimits
+    from chatsieve.protocols.openai_chat import RequestLimits
     from chatsieve.server.app import ServerConfig
     from chatsieve.server.security import SecurityPolicy, default_allowed_hosts
 

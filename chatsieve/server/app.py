@@ -37,7 +37,8 @@ from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.events import Event
 from chatsieve.grammar import GrammarError
 from chatsieve.grammar import plan as constraint_plan
-from chatsieve.openai import (
+from chatsieve.prompt import PromptError, PromptTooLong
+from chatsieve.protocols.openai_chat import (
     ChatRequest,
     ChunkStream,
     CompletionCollector,
@@ -53,7 +54,6 @@ from chatsieve.openai import (
     sse_all,
     usage,
 )
-from chatsieve.prompt import PromptError, PromptTooLong
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
 from chatsieve.server.client import EngineHTTP
 from chatsieve.server.model_check import check_model, engine_model_path

@@ -40,19 +40,23 @@ def require_dynamo() -> None:
         _unavailable(f"NVIDIA Dynamo is not usable here ({e}): {INSTALL}")
 
 
+LOOPBACK_UP = (
+    "import fcntl, socket, struct; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+    "f = struct.unpack('16sH', fcntl.ioctl(s, 0x8913, struct.pack('16sH22x', b'lo', 0))[:18])[1]; "
+    "fcntl.ioctl(s, 0x8914, struct.pack('16sH22x', b'lo', f | 1))"
+)  # SIOCGIFFLAGS / SIOCSIFFLAGS |= IFF_UP: no `ip` binary needed
+
+
 @functools.cache
 def _netns_error() -> str | None:
     try:
         r = subprocess.run(
-            ["unshare", "-n", "sh", "-c", "ip link set lo up 2>/dev/null || true; exit 0"],
-            capture_output=True,
-            text=True,
-            timeout=20,
+            ["unshare", "-n", sys.executable, "-c", LOOPBACK_UP], capture_output=True, text=True, timeout=20
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"cannot run `unshare -n` ({e})"
     if r.returncode != 0:
-        return f"`unshare -n` failed ({r.stderr.strip() or r.returncode}): run the Dynamo tests as root"
+        return f"`unshare -n` failed ({r.stderr.strip()[-300:] or r.returncode}): run the Dynamo tests as root"
     return None
 
 
@@ -64,15 +68,10 @@ def require_netns() -> None:
 
 
 def netns_command(argv: list[str]) -> list[str]:
-    """argv run in a fresh network namespace with loopback up."""
-    script = "ip link set lo up && exec " + " ".join(_quote(a) for a in argv)
-    return ["unshare", "-n", "sh", "-c", script]
-
-
-def _quote(a: str) -> str:
-    import shlex
-
-    return shlex.quote(a)
+    """A Python script's argv run in a fresh network namespace with loopback up."""
+    assert argv[0] == sys.executable, argv
+    launcher = f"import runpy, sys; {LOOPBACK_UP}; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    return ["unshare", "-n", sys.executable, "-c", launcher, *argv[1:]]
 
 
 def subprocess_env() -> dict:
@@ -126,12 +125,12 @@ def free_ports(n: int) -> list[int]:
 # ---------------------------------------------------------------- running a scenario
 
 
-def run_scenario(tmp: Path, app_argv: list[str], ports: dict, models_by_port: dict, requests: list[dict],
-                 log: Path, timeout: float = 240) -> dict:  # fmt: skip
-    """Start the deployment `app_argv` and run `requests` against it inside one network namespace;
-    what came back (tests/dynamo_scenario.py's output)."""
+def run_scenario(tmp: Path, apps: list[list[str]], ports: dict, models_by_port: dict, requests: list[dict],
+                 log: Path, timeout: float = 240, env: dict | None = None) -> dict:  # fmt: skip
+    """Start the deployment's processes `apps` and run `requests` against it inside one network
+    namespace; what came back (tests/dynamo_scenario.py's output)."""
     scenario = {
-        "app": app_argv,
+        "apps": apps,
         "ports": ports,
         "models": models_by_port,
         "requests": requests,
@@ -142,7 +141,7 @@ def run_scenario(tmp: Path, app_argv: list[str], ports: dict, models_by_port: di
     path = tmp / "scenario.json"
     path.write_text(json.dumps(scenario), encoding="utf-8")
     argv = netns_command([sys.executable, str(HERE / "dynamo_scenario.py"), str(path)])
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=subprocess_env(), cwd=REPO)
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**subprocess_env(), **(env or {})}, cwd=REPO)
     app_log = (tmp / "app.log").read_text(encoding="utf-8", errors="replace") if (tmp / "app.log").exists() else ""
     if r.returncode != 0:
         raise AssertionError(

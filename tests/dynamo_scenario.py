@@ -3,7 +3,7 @@ namespace (see tests/dynamo_harness.py), and prints what came back as JSON.
 
     python tests/dynamo_scenario.py SCENARIO.json
 
-SCENARIO: {"app": [argv of the deployment], "ports": {NAME: port}, "models": {NAME: [model names]},
+SCENARIO: {"apps": [argv of each process of the deployment], "ports": {NAME: port}, "models": {NAME: [model names]},
 "requests": [{"port": NAME, "body": {...}, "cancel_after": n}], "log": PATH, "timeout": s}.
 `cancel_after` closes a stream after n chunks (a client that goes away). Output: {"results":
 [{"ok": true, "completion": {...}} | {"ok": true, "chunks": [...]} | {"ok": false, "status",
@@ -82,9 +82,10 @@ def main(path: str) -> None:
     with open(path, encoding="utf-8") as f:
         scenario = json.load(f)
     log = open(scenario["app_log"], "w", encoding="utf-8")
-    app = subprocess.Popen(scenario["app"], stdout=log, stderr=subprocess.STDOUT)
+    apps = [subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT) for argv in scenario["apps"]]
     try:
-        _wait(scenario["ports"], scenario["models"], app, scenario.get("timeout", 60))
+        for app in apps:
+            _wait(scenario["ports"], scenario["models"], app, scenario.get("timeout", 60))
         clients = {
             name: openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
             for name, port in scenario["ports"].items()
@@ -92,12 +93,14 @@ def main(path: str) -> None:
         results = [_run(clients[spec["port"]], spec) for spec in scenario["requests"]]
         time.sleep(0.3)  # the worker logs a cancelled stream as it unwinds
     finally:
-        app.terminate()
-        try:
-            app.wait(10)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.wait()
+        for app in apps:
+            app.terminate()
+        for app in apps:
+            try:
+                app.wait(10)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                app.wait()
         log.close()
     worker_log = []
     try:

@@ -221,7 +221,7 @@ def deployment(tmp_path_factory):
     }
     (tmp / "app.json").write_text(json.dumps(config), encoding="utf-8")
     app = [sys.executable, str(harness.HERE / "dynamo_app.py"), str(tmp / "app.json")]
-    out = harness.run_scenario(tmp, app, ports, {p: list(MODELS) for p in ports}, requests, log)
+    out = harness.run_scenario(tmp, [app], ports, {p: list(MODELS) for p in ports}, requests, log)
     results = {name: out["results"][i] for name, i in index.items()}
     return {"results": results, "worker_log": out["worker_log"], "tokenizers": tokenizers, "replays": replays,
             "app_log": out["app_log"]}  # fmt: skip

@@ -212,6 +212,19 @@ def _format_for_model_type(directory: Path) -> str | None:
         return None
 
 
+def _config_context(directory: Path) -> int | None:
+    """config.json's max_position_embeddings (text_config's for multimodal models), or None."""
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for section in (config, config.get("text_config") if isinstance(config, dict) else None):
+        value = section.get("max_position_embeddings") if isinstance(section, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 # ---------------------------------------------------------------- one model
 
 
@@ -297,7 +310,7 @@ class ChatsieveEngineFactory:
                 "or chat_template.jinja); pass --model-dir with one"
             )
         card = _card(mdc)
-        context = card.get("context_length") or runtime.get("context_length") or None
+        context = card.get("context_length") or runtime.get("context_length") or _config_context(directory)
         log.info("chatsieve: model %s, format %s, tokenizer %s, context %s", name, fmt, directory, context)
         return ChatsieveChatEngine(
             format=fmt,

@@ -694,7 +694,7 @@ def _split_args(argv: Sequence[str]) -> tuple[DynamoOptions, list[str]]:
     ), rest
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     """`python -m dynamo.frontend`, every flag kept, with chatsieve's engine factory for each model."""
     options, rest = _split_args(sys.argv[1:] if argv is None else argv)
     if options.stream_arguments is False and os.environ.get("CHATSIEVE_STREAM_ARGUMENTS", "") in (
@@ -716,7 +716,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     frontend.EntrypointArgs = entrypoint_args
     sys.argv = [sys.argv[0], *rest]
     frontend.main()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

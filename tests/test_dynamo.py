@@ -209,6 +209,12 @@ def deployment(tmp_path_factory):
                               "chat_template_kwargs": {"enable_thinking": False},
                               "nvext": {"annotations": ["replay:json"]}})  # fmt: skip
 
+    replays["logprobs"] = {**replays["qwen3-reasoning"], "logprobs": True}
+    add("logprobs", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "logprobs": True, "top_logprobs": 2,
+                                  "nvext": {"annotations": ["replay:logprobs"]}})  # fmt: skip
+    add("logprobs/stream", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "logprobs": True, "top_logprobs": 2,
+                                         "stream": True, "nvext": {"annotations": ["replay:logprobs"]}})  # fmt: skip
+
     ports = dict(zip(("chatsieve", "native"), harness.free_ports(2)))
     log = tmp / "worker.jsonl"
     config = {
@@ -357,3 +363,24 @@ def test_a_constraint_the_engine_cannot_carry_is_refused(deployment):
     # Qwen3's calls open with the control token <tool_call>, which a text grammar cannot name
     r = deployment["results"]["required"]
     assert not r["ok"] and r["status"] == 400 and "tool_call" in json.dumps(r["error"]), r
+
+
+def test_logprobs_line_up_with_the_content_tokens(deployment):
+    tok = deployment["tokenizers"]["qwen3"]
+    ids = deployment["replays"]["logprobs"]["ids"]
+    result = deployment["results"]["logprobs"]
+    assert result["ok"], result
+    choice = result["completion"]["choices"][0]
+    entries = choice["logprobs"]["content"]
+    content = choice["message"]["content"]
+    assert b"".join(bytes(e["bytes"]) for e in entries).decode() == content
+    start = ids.index(tok.encode("</think>")[0]) + 1  # the worker's made-up logprob of token i is -0.001 * (i+1)
+    by_token = {round(-0.001 * (i + 1), 6) for i in range(start, len(ids))}
+    assert {round(e["logprob"], 6) for e in entries} <= by_token
+    assert all(e["top_logprobs"][1] == {"token": tok.decode([15]), "logprob": -9.5, "bytes": list(tok.decode([15]).encode())}
+               for e in entries)  # fmt: skip
+    streamed = deployment["results"]["logprobs/stream"]
+    assert streamed["ok"], streamed
+    parts = [c["choices"][0]["logprobs"]["content"] for c in streamed["chunks"]
+             if c.get("choices") and (c["choices"][0].get("logprobs") or {}).get("content")]  # fmt: skip
+    assert [e["logprob"] for p in parts for e in p] == [e["logprob"] for e in entries]

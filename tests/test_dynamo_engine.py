@@ -216,6 +216,10 @@ def test_local_stop_and_max_tokens_stop_the_engine(dyn, model_dirs):
     context = Context()
     chunks = _collect(engine, {"messages": MESSAGES, "max_tokens": len(ids) - 2}, context)
     assert _folded(chunks)[3] == "length" and chunks[-1]["usage"]["completion_tokens"] == len(ids) - 2
+    assert context.stopped  # an engine that ignored max_tokens is stopped at the cut
+    engine, _, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [Item({"token_ids": ids, "finish_reason": "eos"})])
+    context = Context()
+    assert _folded(_collect(engine, {"messages": MESSAGES}, context))[3] == "stop" and not context.stopped
 
 
 def test_parser_name_map_names_real_parsers_and_formats(dyn):

@@ -517,7 +517,7 @@ class ChatsieveChatEngine:
         stream = await self.routed_engine.generate(prepared.engine_request, context=context)
         parser, calls = prepared.parser, prepared.calls
         engine_finish: str | None = None
-        done = False
+        engine_done = False  # the engine ended the stream itself (finished or failed)
         completion = 0
         yield self._wire(chunks.first(), metrics, 0)
         try:
@@ -527,7 +527,7 @@ class ChatsieveChatEngine:
                     failure = "; ".join(item.comments() or ()) or "the engine failed"
                 if failure is not None:
                     log.error("chatsieve: engine error: %s", failure)
-                    done = True
+                    engine_done = True
                     yield _error_envelope(f"the inference engine failed on this request: {failure}")
                     return
                 data = item.data()
@@ -539,7 +539,6 @@ class ChatsieveChatEngine:
                     yield _error_envelope(
                         f"the inference engine failed on this request: {message or 'bad response'}"
                     )
-                    done = True
                     return
                 ids = list(data.get("token_ids") or ())
                 over = False
@@ -551,7 +550,6 @@ class ChatsieveChatEngine:
                         f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
                         f"(0..{self.vocab_size - 1}): do the frontend and the workers serve the same model?"
                     )
-                    done = True
                     return
                 completion += len(ids)
                 metrics["output_tokens"] = completion
@@ -563,18 +561,18 @@ class ChatsieveChatEngine:
                         yield self._wire(chunk, metrics, counted)
                         counted = 0
                 if data.get("finish_reason"):
-                    engine_finish = str(data["finish_reason"])
+                    engine_finish, engine_done = str(data["finish_reason"]), True
                     break
-                if over:
+                if over:  # the engine went past max_tokens: cut here, and stop it
                     engine_finish = "length"
                     break
                 if parser.stopped:
                     break  # a local stop string: stopping the context cancels the engine request
-        finally:
-            if not done and engine_finish is None and context is not None:
+        finally:  # a local stop, a cut, a bad item, or the client gone: the engine request ends too
+            if not engine_done and context is not None:
                 context.stop_generating()
             closer = getattr(stream, "aclose", None)
-            if closer is not None and done:
+            if closer is not None:
                 with contextlib.suppress(Exception):
                     await closer()
         events = calls.apply(parser.finish("stop" if parser.stopped else _finish(engine_finish)))

@@ -126,7 +126,7 @@ def free_ports(n: int) -> list[int]:
 
 
 def run_scenario(tmp: Path, apps: list[list[str]], ports: dict, models_by_port: dict, requests: list[dict],
-                 log: Path, timeout: float = 240, env: dict | None = None) -> dict:  # fmt: skip
+                 log: Path, timeout: float = 600, env: dict | None = None) -> dict:  # fmt: skip
     """Start the deployment's processes `apps` and run `requests` against it inside one network
     namespace; what came back (tests/dynamo_scenario.py's output)."""
     scenario = {
@@ -136,7 +136,7 @@ def run_scenario(tmp: Path, apps: list[list[str]], ports: dict, models_by_port: 
         "requests": requests,
         "log": str(log),
         "app_log": str(tmp / "app.log"),
-        "timeout": 90,
+        "timeout": 240,  # model discovery; slow on a loaded machine
     }
     path = tmp / "scenario.json"
     path.write_text(json.dumps(scenario), encoding="utf-8")

@@ -1,7 +1,8 @@
 """chatsieve's Dynamo chat engine driven directly, without a Dynamo runtime: a stand-in routed
 engine hands it the ids of Gemma 4, Qwen3 and Qwen3-Coder fixture cases (real tokenizers) in
 items of 1, 3 and all tokens; every answer must be the message chatsieve.parse gives for the same
-ids. Also: the engine request it builds, the launcher's command line, the parser-name map against
+ids, whether the items arrive one at a time or pile up (merged into few chunks). Also: the engine
+request it builds, the launcher's command line, the parser-name map against
 the installed Dynamo's parser names, and the version gate.
 """
 
@@ -50,8 +51,8 @@ class Item:
 class RoutedEngine:
     """Dynamo's RoutedEngine as the engine sees it: generate(request, context) -> async items."""
 
-    def __init__(self, items, fail_after=None):
-        self.items, self.fail_after, self.requests = items, fail_after, []
+    def __init__(self, items, fail_after=None, pause=False):
+        self.items, self.fail_after, self.pause, self.requests = items, fail_after, pause, []
 
     async def generate(self, request, context=None):
         self.requests.append(request)
@@ -60,6 +61,8 @@ class RoutedEngine:
             for n, item in enumerate(self.items):
                 if self.fail_after is not None and n == self.fail_after:
                     raise ValueError("Internal: the worker died")
+                if self.pause:  # one item at a time (else all are there at once: one batch)
+                    await asyncio.sleep(0)
                 yield item
 
         return stream()
@@ -151,10 +154,10 @@ def test_fixture_cases_match_chatsieve_parse_at_engine_batch_sizes(dyn, model_di
     for e in calls.apply(parser.feed(token_ids=ids) + parser.finish(case.finish_reason or "stop")):
         builder.apply(e)
     want = builder.message
-    for size in (1, 3, max(len(ids), 1)):
+    for size, pause in ((1, True), (1, False), (3, True), (max(len(ids), 1), False)):
         items = [Item({"token_ids": ids[i : i + size]}) for i in range(0, len(ids), size)]
         items.append(Item({"token_ids": [], "finish_reason": case.finish_reason or "stop"}))
-        engine, routed, _ = _engine(dyn, model_dirs[family], case.format, items)
+        engine, routed, _ = _engine(dyn, model_dirs[family], case.format, items, pause=pause)
         content, reasoning, calls, finish = _folded(_collect(engine, body))
         assert (content, reasoning) == (want.content, want.reasoning), size
         assert calls == [(c.name, c.arguments) for c in want.tool_calls], size

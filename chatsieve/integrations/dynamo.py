@@ -521,53 +521,52 @@ class ChatsieveChatEngine:
         completion = 0
         yield self._wire(chunks.first(), metrics, 0)
         try:
-            async for item in _guarded(stream):
-                failure = item.message if isinstance(item, EngineFailure) else None
-                if failure is None and item.is_error():
-                    failure = "; ".join(item.comments() or ()) or "the engine failed"
+            async for batch in _batches(stream):
+                events: list = []
+                tokens = 0
+                stop = False
+                failure: str | None = None
+                for item in batch:
+                    failure, data, ended = _item_data(item)
+                    if failure is not None:
+                        engine_done = ended
+                        break
+                    if data is None:  # a comment or annotation: nothing for the client
+                        continue
+                    ids = list(data.get("token_ids") or ())
+                    over = False
+                    if prepared.max_tokens is not None and completion + len(ids) > prepared.max_tokens:
+                        ids, over = ids[: max(prepared.max_tokens - completion, 0)], True
+                    bad = next((i for i in ids if not (isinstance(i, int) and 0 <= i < self.vocab_size)), None)
+                    if bad is not None:
+                        failure = (
+                            f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
+                            f"(0..{self.vocab_size - 1}): do the frontend and the workers serve the same model?"
+                        )
+                        break
+                    completion += len(ids)
+                    tokens += len(ids)
+                    if ids:
+                        lps = self._logprobs(ids, data) if req.logprobs else None
+                        events += calls.apply(parser.feed(token_ids=ids, logprobs=lps))
+                    if data.get("finish_reason"):
+                        engine_finish, engine_done, stop = str(data["finish_reason"]), True, True
+                    elif over:  # the engine went past max_tokens: cut here, and stop it
+                        engine_finish, stop = "length", True
+                    elif parser.stopped:  # a local stop string: stopping the context cancels the engine
+                        stop = True
+                    if stop:
+                        break
+                metrics["output_tokens"] = completion
+                for chunk in chunks.events(events):  # what already arrived, merged into few chunks
+                    yield self._wire(chunk, metrics, tokens)
+                    tokens = 0
                 if failure is not None:
                     log.error("chatsieve: engine error: %s", failure)
-                    engine_done = True
-                    yield _error_envelope(f"the inference engine failed on this request: {failure}")
+                    yield _error_envelope(failure)
                     return
-                data = item.data()
-                if data is None:  # a comment or annotation: nothing for the client
-                    continue
-                if not isinstance(data, dict) or "token_ids" not in data:
-                    message = data.get("message") if isinstance(data, dict) else None
-                    log.error("chatsieve: unexpected engine response %r", data)
-                    yield _error_envelope(
-                        f"the inference engine failed on this request: {message or 'bad response'}"
-                    )
-                    return
-                ids = list(data.get("token_ids") or ())
-                over = False
-                if prepared.max_tokens is not None and completion + len(ids) > prepared.max_tokens:
-                    ids, over = ids[: max(prepared.max_tokens - completion, 0)], True
-                bad = next((i for i in ids if not (isinstance(i, int) and 0 <= i < self.vocab_size)), None)
-                if bad is not None:
-                    yield _error_envelope(
-                        f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
-                        f"(0..{self.vocab_size - 1}): do the frontend and the workers serve the same model?"
-                    )
-                    return
-                completion += len(ids)
-                metrics["output_tokens"] = completion
-                if ids:
-                    lps = self._logprobs(ids, data) if req.logprobs else None
-                    events = calls.apply(parser.feed(token_ids=ids, logprobs=lps))
-                    counted = len(ids)  # the item's tokens go with its first chunk
-                    for chunk in chunks.events(events):
-                        yield self._wire(chunk, metrics, counted)
-                        counted = 0
-                if data.get("finish_reason"):
-                    engine_finish, engine_done = str(data["finish_reason"]), True
+                if stop:
                     break
-                if over:  # the engine went past max_tokens: cut here, and stop it
-                    engine_finish = "length"
-                    break
-                if parser.stopped:
-                    break  # a local stop string: stopping the context cancels the engine request
         finally:  # a local stop, a cut, a bad item, or the client gone: the engine request ends too
             if not engine_done and context is not None:
                 context.stop_generating()
@@ -623,14 +622,58 @@ class EngineFailure:
     message: str
 
 
-async def _guarded(stream: Any) -> AsyncIterator[Any]:
-    """The engine's items; an exception from the stream becomes one EngineFailure (Dynamo would
-    report an exception leaving the generator as a 400 "Invalid request")."""
+def _item_data(item: Any) -> tuple[str | None, dict | None, bool]:
+    """(failure message, None, whether the engine ended the stream) for a failed item, else
+    (None, the item's data or None, False)."""
+    failed = "the inference engine failed on this request"
+    if isinstance(item, EngineFailure):
+        return f"{failed}: {item.message}", None, True
+    if item.is_error():
+        return f"{failed}: {'; '.join(item.comments() or ()) or 'no detail'}", None, True
+    data = item.data()
+    if data is not None and (not isinstance(data, dict) or "token_ids" not in data):
+        message = data.get("message") if isinstance(data, dict) else None
+        return f"{failed}: {message or 'a response without token_ids'}", None, False
+    return None, data, False
+
+
+_END = object()
+
+
+async def _batches(stream: Any) -> AsyncIterator[list]:
+    """The engine's items, each time as a list of all that has already arrived (never waiting for
+    more): when the frontend falls behind the engine, several items become one set of chunks,
+    which is what a Python chat engine in Dynamo pays for. An exception from the stream becomes an
+    EngineFailure item (leaving the generator, Dynamo would report it as a 400 "Invalid request")."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for item in stream:
+                queue.put_nowait(item)
+        except Exception as e:
+            queue.put_nowait(EngineFailure(str(e) or type(e).__name__))
+        finally:
+            queue.put_nowait(_END)
+
+    task = asyncio.ensure_future(pump())
     try:
-        async for item in stream:
-            yield item
-    except Exception as e:
-        yield EngineFailure(str(e) or type(e).__name__)
+        while True:
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            ended = _END in batch
+            if ended:
+                batch = batch[: batch.index(_END)]
+            if batch:
+                yield batch
+            if ended:
+                return
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def _finish(engine_reason: str | None) -> str | None:

@@ -193,6 +193,8 @@ def test_request_errors_are_invalid_argument_with_the_message(dyn, model_dirs):
         _collect(engine, bad)
     with pytest.raises(InvalidArgument, match="chat_template_kwargs may not set tokenizer"):
         _collect(engine, {"messages": MESSAGES, "chat_template_kwargs": {"tokenizer": "x"}})
+    with pytest.raises(InvalidArgument, match="logit_bias cannot be passed through Dynamo"):
+        _collect(engine, {"messages": MESSAGES, "logit_bias": {"15": -100}})
     assert routed.requests == []  # refused before the engine was asked
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -380,7 +381,7 @@ class ChatsieveChatEngine:
         self.context_length = context_length
         self.options = options
         self.stop_token_ids = sorted(tokenizer.stop_token_ids)
-        self.limits = RequestLimits(**{**options.limits.__dict__, "max_model_len": context_length})
+        self.limits = dataclasses.replace(options.limits, max_model_len=context_length)
         self.vocab_size = tokenizer.hf.get_vocab_size(with_added_tokens=True)
 
     # ---- request ---------------------------------------------------------------------
@@ -396,6 +397,13 @@ class ChatsieveChatEngine:
             args = body.pop("chat_template_args")
             body.setdefault("chat_template_kwargs", args)
         req = parse_chat_request(body, self.limits)
+        if req.logit_bias:
+            raise RequestError(
+                "logit_bias cannot be passed through Dynamo (its engine request has no such field); "
+                "leave it out",
+                param="logit_bias",
+                code="unsupported_value",
+            )
         tools = req.prompt_tools
         limit = None if self.context_length is None else self.context_length - (req.max_tokens or 1)
         kwargs = req.template_kwargs

@@ -30,7 +30,10 @@ Decisions (README "Inside NVIDIA Dynamo"):
 - stop strings are cut here (the engine is sent stop token ids only), so a stop string spelled
   across tokens, or inside a tool call's arguments, is handled as in `chatsieve serve`;
 - tool_choice `required` / named and `response_format` become `sampling_options.guided_decoding`
-  (`grammar`: GBNF, which vLLM's and SGLang's xgrammar read; `json`: a JSON Schema).
+  (`grammar`: GBNF, which vLLM's and SGLang's xgrammar read; `json`: a JSON Schema);
+  `logit_bias` is refused (400): Dynamo's engine request has no field for it;
+- the chunks of every engine item that has already arrived are handed back at once (Dynamo's
+  bridge to a Python engine costs per chunk), never waiting for more.
 """
 
 from __future__ import annotations

@@ -924,7 +924,12 @@ class ResponseStream:
         """An ``error`` event, then ``response.failed`` with the items finished so far."""
         self._event("error", {"code": code, "message": message, "param": None})
         self.final = response_object(
-            self.skeleton, self.output, status="failed", usage=usage, error={"code": code, "message": message}
+            # the response's error.code is one of OpenAI's fixed set: ours goes in the error event
+            self.skeleton,
+            self.output,
+            status="failed",
+            usage=usage,
+            error={"code": "server_error", "message": message},
         )
         self._event("response.failed", {"response": self.final})
         return self._take()

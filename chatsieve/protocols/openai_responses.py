@@ -21,6 +21,8 @@ What a request becomes (decisions where the API leaves room):
   (engine-enforced, see protocols/openai_chat.py); ``allowed_tools`` narrows the offered tools.
 - ``reasoning.effort`` ``none`` / ``minimal`` turns thinking off; for families that cannot (their
   template takes an effort instead, gpt-oss) it becomes that template's lowest effort, ``low``.
+  ``low`` .. ``xhigh`` turn thinking on (and reach templates that take an effort); without an
+  effort the family's default holds.
 - Accepted and ignored: ``store`` (the server keeps or not), ``metadata`` (echoed), ``user``,
   ``include``, ``truncation``, ``reasoning.summary``, ``prompt_cache_key``, ``client_metadata``,
   ``safety_identifier``, ``service_tier``, ``text.verbosity``, ``top_logprobs``, ``stream_options``.
@@ -60,6 +62,7 @@ __all__ = [
     "LEFT_OUT_HEADER",
     "ResponseStream",
     "ResponsesRequest",
+    "input_items_page",
     "items_to_messages",
     "not_found",
     "parse_responses_request",
@@ -138,12 +141,18 @@ class ResponsesRequest:
             raise RequestError("'input' holds no message to answer", param="input")
         effort = self.reasoning_effort
         kwargs: dict = {}
+        effort_only = format is not None and format.startswith(_EFFORT_ONLY_FORMATS)
         if effort in ("none", "minimal"):
-            if format is not None and format.startswith(_EFFORT_ONLY_FORMATS):
+            if effort_only:
                 effort = "low"
             else:
                 effort = "none"
-                kwargs["enable_thinking"] = False
+                kwargs.update(enable_thinking=False, thinking=False)
+        elif effort is not None:  # an effort asks for reasoning: thinking on where it switches
+            if effort_only:
+                effort = "high" if effort == "xhigh" else effort
+            else:
+                kwargs.update(enable_thinking=True, thinking=True)  # DeepSeek V3.1 reads `thinking`
         return ChatRequest(
             messages=messages,
             model=self.model,
@@ -938,3 +947,40 @@ class ResponseStream:
 def error_response_body(e: RequestError) -> dict:
     """OpenAI's error shape (the same as chat completions')."""
     return error_body(e.message, type=e.type, param=e.param, code=e.code)
+
+
+def input_items_page(
+    items: Sequence[Mapping],
+    *,
+    after: str | None = None,
+    before: str | None = None,
+    limit: str | int | None = None,
+    order: str | None = None,
+) -> dict:
+    """``GET /v1/responses/{id}/input_items``: one page of a response's input items
+    (``order`` desc by default, as OpenAI's; ``after`` / ``before`` are item ids; limit 1..100)."""
+    if order is None:
+        order = "desc"
+    if order not in ("asc", "desc"):
+        raise RequestError("'order' must be 'asc' or 'desc'", param="order")
+    try:
+        n = 20 if limit is None else int(limit)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 100:
+        raise RequestError("'limit' must be an integer from 1 to 100", param="limit")
+    seq = list(items) if order == "asc" else list(reversed(items))
+    ids = [it.get("id") for it in seq]
+    for name, cursor in (("after", after), ("before", before)):
+        if cursor is not None and cursor not in ids:
+            raise RequestError(f"'{name}' names no input item of this response: {cursor!r}", param=name)
+    start = ids.index(after) + 1 if after is not None else 0
+    stop = ids.index(before) if before is not None else len(seq)
+    page = seq[start:stop][:n]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0].get("id") if page else None,
+        "last_id": page[-1].get("id") if page else None,
+        "has_more": start + len(page) < stop,
+    }

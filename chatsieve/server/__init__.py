@@ -65,6 +65,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="the engine's GGUF model file: refuse to start unless its vocabulary matches the tokenizer "
         "(a local llama-server's model is found through its /props without this)",
     )
+    store = p.add_argument_group("Responses API store (previous_response_id, GET /v1/responses/{id})")
+    store.add_argument(
+        "--response-store",
+        default=None,
+        metavar="PATH",
+        help="SQLite file for stored responses (default: ~/.cache/chatsieve/responses.sqlite3, under "
+        "$XDG_CACHE_HOME when set); ':memory:' keeps them in this process only",
+    )
+    store.add_argument(
+        "--response-store-max", type=int, default=10_000, help="stored responses kept; the oldest go first (10000)"
+    )
+    store.add_argument(
+        "--response-store-max-age",
+        type=float,
+        default=30 * 24 * 3600.0,
+        metavar="SECONDS",
+        help="how long a stored response is kept (30 days)",
+    )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
     access = p.add_argument_group("access control")
@@ -168,6 +186,7 @@ def uvicorn_options(args: argparse.Namespace) -> dict:
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None):  # -> ServerConfig
     from chatsieve.protocols.openai_chat import RequestLimits
     from chatsieve.server.app import ServerConfig
+    from chatsieve.server.response_store import default_store_path
     from chatsieve.server.security import SecurityPolicy, default_allowed_hosts
 
     hosts = _split(args.allowed_hosts) if args.allowed_hosts is not None else default_allowed_hosts(args.host)
@@ -191,6 +210,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         timeout=args.backend_timeout,
         max_connections=args.max_connections,
         gguf=Path(args.gguf) if args.gguf else None,
+        response_store=args.response_store or str(default_store_path()),
+        response_store_max=args.response_store_max,
+        response_store_max_age=args.response_store_max_age,
     )
 
 
@@ -222,6 +244,8 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
                  "max_header_bytes"):
         if getattr(args, name) < 1:
             return fail(f"--{name.replace('_', '-')} must be at least 1")
+    if args.response_store_max < 1 or args.response_store_max_age <= 0:
+        return fail("--response-store-max must be at least 1 and --response-store-max-age above 0")
     if args.max_model_len is not None and args.max_model_len < 2:
         return fail("--max-model-len must be at least 2")
     try:
@@ -236,6 +260,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # unknown format: the registry's message lists the known ones
         return fail(str(e))
     config = config_from_args(args)
+    from chatsieve.server.response_store import ResponseStore
+
+    try:  # one clear line for a store that cannot be opened, before the tokenizer loads
+        ResponseStore(config.response_store).close()
+    except (ValueError, OSError) as e:
+        return fail(f"--response-store {config.response_store}: {e}")
     try:
         app = create_app(config)
     except Exception as e:

@@ -91,6 +91,10 @@ class ServerConfig:
     gguf: Path | None = None  # the engine's model file, checked against the tokenizer at start-up
     check_engine_model: bool = True  # llamacpp: also check the GGUF the engine reports in /props
     extra_backend_urls: tuple[str, ...] = ()  # more replicas of the engine at backend_url
+    # the Responses API's stored responses (server/response_store.py); the CLI's default is a file
+    response_store: str = ":memory:"
+    response_store_max: int = 10_000  # responses kept, the oldest evicted first
+    response_store_max_age: float = 30 * 24 * 3600.0  # seconds a stored response is kept
 
     @property
     def model_name(self) -> str:
@@ -492,6 +496,12 @@ async def _until_disconnect(request: Request, work: Callable[[], Awaitable[Respo
 def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     """The app for `config`; `tokenizer` (a chatsieve Tokenizer) skips loading from model_dir."""
     service = ChatService(config, tokenizer)
+    from chatsieve.server.response_store import ResponseStore
+    from chatsieve.server.responses_api import responses_routes
+
+    store = ResponseStore(
+        config.response_store, max_responses=config.response_store_max, max_age=config.response_store_max_age
+    )
 
     async def chat_completions(request: Request) -> Response:
         rid = request.scope.get(REQUEST_ID_KEY, "")
@@ -584,10 +594,12 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             yield
         finally:
             await service.stop()
+            store.close()
 
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            *responses_routes(service, store),
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/models/{model:path}", model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
@@ -598,6 +610,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.response_store = store
     return app
 
 
@@ -610,7 +623,7 @@ def _middleware(config: ServerConfig) -> list[Middleware]:
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(config.cors_origins),
-                allow_methods=["GET", "POST"],
+                allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["authorization", "content-type"],
                 expose_headers=["x-request-id"],
             )

@@ -208,6 +208,12 @@ class StreamParser:
         """A stop token or stop string ended the output."""
         return self._stops is not None and self._stops.stopped
 
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended the output, if one did (not a stop token)."""
+        reason = self._stops.stop_reason if self._stops is not None else None
+        return reason if isinstance(reason, str) else None
+
     # ---- pipeline ----------------------------------------------------------------------
     def _feed_ids(self, token_ids: Sequence[int]) -> list[Event]:
         """Token ids without logprobs, each through the fast lane when it can take it."""

@@ -17,7 +17,7 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
 from chatsieve.events import ContentDelta, ReasoningDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
-from chatsieve.protocols.openai_chat import RequestError
+from chatsieve.protocols.common import RequestError
 from chatsieve.protocols.openai_responses import (
     ResponseStream,
     items_to_messages,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,20 +46,25 @@ from chatsieve.events import (
     ToolCallStart,
 )
 from chatsieve.messages import MessageError, normalize_messages
-from chatsieve.protocols.openai_chat import (
-    MAX_TOKENS_CEILING,
+from chatsieve.protocols.common import (
     ChatRequest,
+    Fields,
+    Outcome,
+    ParsedRequest,
     RequestError,
     RequestLimits,
+    ResponseInfo,
     ToolChoice,
-    _Fields,
-    _response_format,
     check_json_depth,
-    error_body,
+    max_tokens_ceiling,
+    response_format,
 )
+from chatsieve.protocols.openai_chat import error_body
 
 __all__ = [
     "LEFT_OUT_HEADER",
+    "OPENAI_RESPONSES",
+    "ResponsesParsed",
     "ResponseStream",
     "ResponsesRequest",
     "input_items_page",
@@ -206,7 +211,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     check_json_depth(body, limits.max_json_depth)
-    get = _Fields(body)
+    get = Fields(body)
 
     for name, what in (
         ("background", "background responses"),
@@ -233,16 +238,15 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
     offered, left_out, namespaces = _tools(tools)
     tool_choice, offered = _tool_choice(body.get("tool_choice"), offered, left_out)
 
-    ceiling = min(MAX_TOKENS_CEILING, limits.max_model_len or MAX_TOKENS_CEILING)
-    max_output_tokens = get.integer("max_output_tokens", minimum=1, maximum=ceiling)
+    max_output_tokens = get.integer("max_output_tokens", minimum=1, maximum=max_tokens_ceiling(limits))
 
     text = body.get("text")
-    response_format = None
+    fmt = None
     text_echo: dict = {"format": {"type": "text"}}
     if text is not None:
         if not isinstance(text, dict):
             raise RequestError("'text' must be an object", param="text")
-        response_format = _text_format(text.get("format"))
+        fmt = _text_format(text.get("format"))
         text_echo = {k: v for k, v in text.items() if v is not None}
         text_echo.setdefault("format", {"type": "text"})
 
@@ -297,7 +301,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
         max_output_tokens=max_output_tokens,
         temperature=get.number("temperature", minimum=0.0, maximum=2.0),
         top_p=get.number("top_p", minimum=0.0, maximum=1.0),
-        response_format=response_format,
+        response_format=fmt,
         text=text_echo,
         reasoning_effort=effort,
         reasoning_summary=summary,
@@ -657,7 +661,7 @@ def _text_format(value: Any) -> dict | None:
         }
         value = {"type": "json_schema", "json_schema": wrapper}
     try:
-        return _response_format(value)
+        return response_format(value)
     except RequestError:
         raise RequestError(
             "'text.format' must be {'type': 'text' | 'json_object' | 'json_schema', ...}", param="text.format"
@@ -944,11 +948,6 @@ class ResponseStream:
         return self._take()
 
 
-def error_response_body(e: RequestError) -> dict:
-    """OpenAI's error shape (the same as chat completions')."""
-    return error_body(e.message, type=e.type, param=e.param, code=e.code)
-
-
 def input_items_page(
     items: Sequence[Mapping],
     *,
@@ -984,3 +983,126 @@ def input_items_page(
         "last_id": page[-1].get("id") if page else None,
         "has_more": start + len(page) < stop,
     }
+
+
+# ---------------------------------------------------------------- the protocol
+
+
+@dataclass(frozen=True)
+class ResponsesParsed(ParsedRequest):
+    """A parsed Responses request: the internal request, the Responses fields, and what the
+    server hands in -- `keep(response)` stores the finished response (store: true), and
+    `count_tokens(text)` counts the reasoning tokens for usage."""
+
+    request: ResponsesRequest | None = None
+    keep: Callable[[dict], None] | None = None
+    count_tokens: Callable[[str], int] | None = None
+
+
+class _Outcomes:
+    """Shared by the encoder and the collector: the response's skeleton and its ending."""
+
+    def __init__(self, parsed: ResponsesParsed, info: ResponseInfo, emit: bool) -> None:
+        assert parsed.request is not None
+        self.parsed = parsed
+        req = parsed.request
+        self.out = ResponseStream(
+            req.skeleton(id=response_id(), model=info.model), namespaces=req.namespaces, emit=emit
+        )
+
+    def _close(self, outcome: Outcome) -> bytes:
+        reasoning = "".join(
+            p["text"] for item in self.out.output if item["type"] == "reasoning" for p in item["content"]
+        )
+        count = self.parsed.count_tokens
+        spent = outcome.reasoning_tokens or (count(reasoning) if reasoning and count else 0)
+        cut = outcome.finish_reason == "length"
+        data = self.out.finish(
+            usage=usage(outcome.prompt_tokens, outcome.completion_tokens, spent),
+            incomplete_reason="max_output_tokens" if cut else None,
+        )
+        if self.parsed.keep is not None and self.out.final is not None:
+            self.parsed.keep(self.out.final)  # before the client can learn the id is finished
+        return data
+
+
+class ResponsesEncoder(_Outcomes):
+    """The Responses event stream for one request (a `StreamEncoder`)."""
+
+    def __init__(self, parsed: ResponsesParsed, info: ResponseInfo) -> None:
+        super().__init__(parsed, info, emit=True)
+
+    def start(self) -> bytes:
+        return self.out.start()
+
+    def encode(self, events: Iterable[Event]) -> bytes:
+        return self.out.encode(events)
+
+    def finish(self, outcome: Outcome) -> bytes:
+        return self._close(outcome)
+
+    def error(self, e: RequestError) -> bytes:
+        return self.out.fail(e.message, code=e.code or "server_error")
+
+    def ping(self) -> bytes | None:
+        return None
+
+
+class ResponsesCollector(_Outcomes):
+    """The whole ``response`` object for one request (a `Collector`)."""
+
+    def __init__(self, parsed: ResponsesParsed, info: ResponseInfo) -> None:
+        super().__init__(parsed, info, emit=False)
+
+    def apply(self, events: Iterable[Event]) -> None:
+        self.out.encode(events)
+
+    def body(self, outcome: Outcome) -> dict:
+        self._close(outcome)
+        assert self.out.final is not None
+        return self.out.final
+
+
+class OpenAIResponses:
+    """``POST /v1/responses`` as a `chatsieve.protocols.common.ClientProtocol`.
+
+    `parse` alone knows no earlier responses; the server's `parse_with(history, ...)` gives the
+    items a previous_response_id stands for and the store's `keep`."""
+
+    name = "openai_responses"
+    ping_interval: float | None = None  # the Responses stream has no keep-alive event
+
+    def parse(self, body: Any, limits: RequestLimits) -> ResponsesParsed:
+        return self.parse_with(parse_responses_request(body, limits))
+
+    def parse_with(
+        self,
+        req: ResponsesRequest,
+        history: Sequence[Mapping] = (),
+        *,
+        format: str | None = None,
+        keep: Callable[[dict], None] | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> ResponsesParsed:
+        headers = ((LEFT_OUT_HEADER, ", ".join(req.left_out)),) if req.left_out else ()
+        return ResponsesParsed(
+            chat=req.chat_request(history, format=format),
+            headers=headers,
+            request=req,
+            keep=keep if req.store else None,
+            count_tokens=count_tokens,
+        )
+
+    def encoder(self, request: ParsedRequest, info: ResponseInfo) -> ResponsesEncoder:
+        assert isinstance(request, ResponsesParsed)
+        return ResponsesEncoder(request, info)
+
+    def collector(self, request: ParsedRequest, info: ResponseInfo) -> ResponsesCollector:
+        assert isinstance(request, ResponsesParsed)
+        return ResponsesCollector(request, info)
+
+    def error_body(self, e: RequestError) -> dict:
+        return error_body(e.message, type=e.type, param=e.param, code=e.code)
+
+
+OPENAI_RESPONSES = OpenAIResponses()

@@ -1,4 +1,4 @@
-"""`chatsieve serve`: an OpenAI-compatible chat server in front of an engine that speaks token ids.
+"""`chatsieve serve`: an OpenAI- and Anthropic-compatible chat server in front of an engine that speaks token ids.
 
 `serve_main(argv)` is the CLI entry; `create_app(ServerConfig(...))` gives the ASGI app.
 """
@@ -22,8 +22,8 @@ CONFIG_ENV = "CHATSIEVE_SERVE_CONFIG"  # how --workers processes get the configu
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="chatsieve serve",
-        description="Serve OpenAI chat completions (reasoning_content, content, tool_calls) in front of "
-        "a vLLM, SGLang or llama.cpp server, parsing the model's token ids with chatsieve.",
+        description="Serve OpenAI chat completions (reasoning_content, content, tool_calls) and Anthropic "
+        "Messages in front of a vLLM, SGLang or llama.cpp server, parsing the model's token ids with chatsieve.",
     )
     p.add_argument("--model-dir", required=True, help="directory with the tokenizer and chat template")
     p.add_argument("--format", required=True, help="chatsieve format name (e.g. qwen3, gemma4)")
@@ -40,6 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", default=None, help="model id clients use (default: the dir name)")
+    p.add_argument(
+        "--model-alias",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another model name that resolves to the served model (repeat for several), e.g. the "
+        "names an agent asks for",
+    )
     p.add_argument(
         "--backend-timeout",
         type=float,
@@ -184,7 +192,7 @@ def uvicorn_options(args: argparse.Namespace) -> dict:
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None):  # -> ServerConfig
-    from chatsieve.protocols.openai_chat import RequestLimits
+    from chatsieve.protocols.common import RequestLimits
     from chatsieve.server.app import ServerConfig
     from chatsieve.server.response_store import default_store_path
     from chatsieve.server.security import SecurityPolicy, default_allowed_hosts
@@ -206,6 +214,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         extra_backend_urls=tuple(args.backend[1:]),
         backend_kind=args.backend_kind,
         served_model_name=args.served_model_name,
+        model_aliases=tuple(args.model_alias),
         backend_model=args.backend_model,
         timeout=args.backend_timeout,
         max_connections=args.max_connections,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from test_server_agent_loop import FAMILIES, _tokenizer
 from chatsieve import formats
 from chatsieve.server.app import ServerConfig, create_app
 
-MODEL = "codex-test-model"
+MODEL = "local-model"  # as README's recipe names it
+README_URL = "http://127.0.0.1:8000/v1"
 KEY = "sk-codex-e2e"
 WROTE = "chatsieve-was-here"
 ANSWER = "Done: proof.txt now holds the line."
@@ -59,30 +61,26 @@ def served(tmp_path: Path, scripts):
         yield url, engine
 
 
+def readme_recipe() -> tuple[str, list[str]]:
+    """README's "Codex CLI with any open model": its config.toml block and `codex exec` line."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Codex CLI with any open model", 1)[1].split("\n## ", 1)[0]
+    config = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    (command,) = [line for line in section.splitlines() if line.startswith("codex exec ")]
+    return config, shlex.split(command)
+
+
 def run_codex(codex: Path, url: str, work: Path, home: Path, prompt: str) -> list[dict]:
-    """`codex exec` as README's recipe runs it; its JSON events."""
+    """README's recipe as written (this server's port; the container flags it names); Codex's
+    JSON events."""
+    config, command = readme_recipe()
+    assert README_URL in config and f'model = "{MODEL}"' in config
     home.mkdir(exist_ok=True)
-    (home / "config.toml").write_text(
-        f"""model = "{MODEL}"
-model_provider = "chatsieve"
-
-[model_providers.chatsieve]
-name = "chatsieve"
-base_url = "{url}/v1"
-wire_api = "responses"
-env_key = "CHATSIEVE_API_KEY"
-request_max_retries = 0
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-"""
-    )
+    (home / "config.toml").write_text(config.replace(README_URL, f"{url}/v1"))
     env = {**os.environ, "CODEX_HOME": str(home), "CHATSIEVE_API_KEY": KEY}
     argv = [
         str(codex),
-        "exec",
-        "--skip-git-repo-check",
+        *command[1:-1],
         "--dangerously-bypass-approvals-and-sandbox",
         "--ephemeral",
         "--json",

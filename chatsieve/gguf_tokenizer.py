@@ -84,20 +84,20 @@ class GGUFTokenizer:
     stop_ids: tuple[int, ...]
 
 
-def _strings(meta: dict, key: str, n: int | None = None) -> list:
+def _strings(meta: dict, key: str, where: str, n: int | None = None) -> list:
     value = meta.get(key)
     if not isinstance(value, list) or (n is not None and len(value) != n):
         want = f"a list of {n}" if n is not None else "a list"
-        raise GGUFError(f"the GGUF's {key} is missing or not {want} (damaged vocabulary?)")
+        raise GGUFError(f"{where}: {key} is missing or not {want} (damaged vocabulary?)")
     return value
 
 
-def _split_merges(merges: list[str]) -> list[tuple[str, str]]:
+def _split_merges(merges: list[str], where: str) -> list[tuple[str, str]]:
     out = []
     for m in merges:
         cut = m.find(" ", 1)  # as llama.cpp reads them: the first space after the first character
         if cut < 0:
-            raise GGUFError(f"the GGUF's tokenizer.ggml.merges has an entry without a space: {m!r}")
+            raise GGUFError(f"{where}: tokenizer.ggml.merges has an entry without a space: {m!r}")
         out.append((m[:cut], m[cut + 1 :]))
     return out
 
@@ -152,7 +152,7 @@ def gguf_tokenizer(tk: Any, meta: dict[str, Any], *, where: str = "the GGUF") ->
             f"{where}: tokenizer type {model!r} (tokenizer.ggml.model) is not supported; "
             f"supported: {', '.join(SUPPORTED_MODELS)}. Use --model-dir with the model's tokenizer.json instead"
         )
-    tokens = _strings(meta, "tokenizer.ggml.tokens")
+    tokens = _strings(meta, "tokenizer.ggml.tokens", where)
     n = len(tokens)
     types = meta.get("tokenizer.ggml.token_type")
     types = types if isinstance(types, list) and len(types) == n else [TOKEN_NORMAL] * n
@@ -173,7 +173,7 @@ def gguf_tokenizer(tk: Any, meta: dict[str, Any], *, where: str = "the GGUF") ->
                 f"supported; supported: {', '.join(sorted(PRE_TOKENIZERS))}. Use --model-dir with the "
                 "model's tokenizer.json instead"
             )
-        merges = _split_merges(_strings(meta, "tokenizer.ggml.merges"))
+        merges = _split_merges(_strings(meta, "tokenizer.ggml.merges", where), where)
         hf = tk.Tokenizer(tk.models.BPE(vocab, merges, ignore_merges=pre.ignore_merges))
         if pre.nfc:
             hf.normalizer = tk.normalizers.NFC()
@@ -182,11 +182,11 @@ def gguf_tokenizer(tk: Any, meta: dict[str, Any], *, where: str = "the GGUF") ->
         add_bos = bool(add_bos) if add_bos is not None else pre_name in ("llama-bpe", "llama3")
     else:
         if model == "gemma4":
-            merges = _split_merges(_strings(meta, "tokenizer.ggml.merges"))
+            merges = _split_merges(_strings(meta, "tokenizer.ggml.merges", where), where)
             space_prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", False))
             add_bos = True  # llama.cpp forces it for Gemma 4 (ggml-org/llama.cpp#21500)
         else:
-            scores = _strings(meta, "tokenizer.ggml.scores", n)
+            scores = _strings(meta, "tokenizer.ggml.scores", where, n)
             merges = _score_merges(tokens, types, scores)
             space_prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
             add_bos = True if add_bos is None else bool(add_bos)

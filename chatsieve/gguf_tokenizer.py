@@ -230,6 +230,10 @@ def gguf_tokenizer(tk: Any, meta: dict[str, Any], *, where: str = "the GGUF") ->
         for key in ("bos", "eos", "unk", "pad")
         if (text := token("padding" if key == "pad" else "unknown" if key == "unk" else key)) is not None
     }
+    arch = meta.get("general.architecture")
+    context = meta.get(f"{arch}.context_length")
+    if isinstance(context, int) and context > 0:
+        config["model_max_length"] = context  # trained context (an engine may run a shorter one)
     templates = _chat_templates(meta)
     if templates:
         config["chat_template"] = templates

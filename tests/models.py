@@ -93,12 +93,17 @@ def llama_cpp_models() -> Path:
 
 
 @functools.cache
+def gguf_tokenizer(path: Path):
+    """load_tokenizer of a GGUF file, once per path."""
+    from chatsieve.tokenizer import load_tokenizer
+
+    return load_tokenizer(path)
+
+
 def gemma4_tokenizer():
     """Gemma 4's real tokenizer: the vocabulary of llama.cpp's ggml-vocab-gemma-4.gguf
     (which replaces the one derived from Gemma 3's, see README 'Test data')."""
-    from chatsieve.tokenizer import load_tokenizer
-
-    return load_tokenizer(llama_cpp_models() / "ggml-vocab-gemma-4.gguf")
+    return gguf_tokenizer(llama_cpp_models() / "ggml-vocab-gemma-4.gguf")
 
 
 def gemma4_tokenizer_json() -> str:

@@ -42,9 +42,8 @@ def vocab_path(name: str) -> Path:
     return models.llama_cpp_models() / f"ggml-vocab-{name}.gguf"
 
 
-@functools.cache
 def gguf_tok(name: str):
-    return load_tokenizer(vocab_path(name))
+    return models.gguf_tokenizer(vocab_path(name))
 
 
 def read_vectors(path: Path) -> list[tuple[str, list[int]]]:

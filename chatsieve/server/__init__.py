@@ -25,7 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve OpenAI chat completions (reasoning_content, content, tool_calls) and Anthropic "
         "Messages in front of a vLLM, SGLang or llama.cpp server, parsing the model's token ids with chatsieve.",
     )
-    p.add_argument("--model-dir", required=True, help="directory with the tokenizer and chat template")
+    p.add_argument(
+        "--model-dir",
+        default=None,
+        help="directory with the tokenizer and chat template (not needed with --gguf: the GGUF's own "
+        "vocabulary and chat template are used)",
+    )
     p.add_argument("--format", required=True, help="chatsieve format name (e.g. qwen3, gemma4)")
     p.add_argument(
         "--backend",
@@ -70,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--gguf",
         default=None,
         metavar="PATH",
-        help="the engine's GGUF model file: refuse to start unless its vocabulary matches the tokenizer "
-        "(a local llama-server's model is found through its /props without this)",
+        help="the engine's GGUF model file: alone, chatsieve takes the tokenizer and chat template from "
+        "it; with --model-dir, refuse to start unless its vocabulary matches that tokenizer (a local "
+        "llama-server's model is found through its /props without this)",
     )
     store = p.add_argument_group("Responses API store (previous_response_id, GET /v1/responses/{id})")
     store.add_argument(
@@ -208,7 +214,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
             body_timeout=args.timeout_body,
         ),
         cors_origins=_split(args.cors_origins),
-        model_dir=Path(args.model_dir),
+        # --gguf alone: the GGUF is the tokenizer (load_tokenizer reads its metadata), and
+        # a local llama-server's /props still tells whether the engine runs that model
+        model_dir=Path(args.model_dir) if args.model_dir else Path(args.gguf),
         format=args.format,
         backend_url=args.backend[0],
         extra_backend_urls=tuple(args.backend[1:]),
@@ -218,7 +226,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         backend_model=args.backend_model,
         timeout=args.backend_timeout,
         max_connections=args.max_connections,
-        gguf=Path(args.gguf) if args.gguf else None,
+        gguf=Path(args.gguf) if args.gguf and args.model_dir else None,
         response_store=args.response_store or str(default_store_path()),
         response_store_max=args.response_store_max,
         response_store_max_age=args.response_store_max_age,
@@ -233,8 +241,15 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         print(f"chatsieve serve: error: {msg}", file=sys.stderr)
         return 2
 
-    if not Path(args.model_dir).is_dir():
+    if args.model_dir is None and args.gguf is None:
+        return fail(
+            "give --model-dir (a directory with the tokenizer and chat template) or --gguf (the "
+            "engine's GGUF file, whose vocabulary and chat template are used)"
+        )
+    if args.model_dir is not None and not Path(args.model_dir).is_dir():
         return fail(f"--model-dir {args.model_dir!r} is not a directory")
+    if args.gguf is not None and not Path(args.gguf).is_file():
+        return fail(f"--gguf {args.gguf!r} is not a file")
     for url in args.backend:
         if not url.startswith(("http://", "https://")):
             return fail(f"--backend must be an http(s) URL, got {url!r}")
@@ -278,8 +293,13 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     try:
         app = create_app(config)
     except Exception as e:
-        return fail(f"cannot load the tokenizer from {args.model_dir}: {e}")
-    if args.gguf:  # checked here too, so a mismatch is one clear line before uvicorn starts
+        return fail(f"cannot load the tokenizer from {config.model_dir}: {e}")
+    if args.model_dir is None and not app.state.service.tokenizer.chat_template:
+        return fail(
+            f"the GGUF {args.gguf} carries no chat template (tokenizer.chat_template): give --model-dir "
+            "with the model's tokenizer and chat_template.jinja instead"
+        )
+    if args.gguf and args.model_dir:  # checked here too, so a mismatch is one clear line before uvicorn starts
         from chatsieve.server.model_check import ModelMismatch, check_model
 
         try:

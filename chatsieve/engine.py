@@ -406,7 +406,7 @@ class Engine:
     def _open_region(self, return_mode: str, *, tentative: bool = False, opener: str | None = None) -> None:
         if self._start_held is not None:
             self._flush_start_held()
-        self._region = self.spec.codec(CallContext(self._tools, tentative=tentative, opener=opener))
+        self._region = self.spec.codec(CallContext(self._tools, tentative=tentative, opener=opener, gated=self.gated))
         self._region_return = return_mode
         self._raw = []
         self._replay = [] if tentative else None

@@ -278,7 +278,7 @@ class HarmonyEngine(Engine):
                 return
             self._mode = BODY
             self._kind = CALLBODY
-            self._region = HarmonyArgsCodec(CallContext(self._tools), name)
+            self._region = HarmonyArgsCodec(CallContext(self._tools, gated=self.gated), name)
             self._raw = list(raw)
             self._drain()
         elif recipient is not None:

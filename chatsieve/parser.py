@@ -135,6 +135,7 @@ class StreamParser:
             text_markers = [d for d, tid in self.gated.items() if tid is None]
             text_markers += self.spec.text_call_open
             self._lexer = MarkerLexer(text_markers, id_markers, tokenizer.special_ids, gated_text)
+            self._engine.gated = frozenset(d for d, tid in self.gated.items() if tid is not None)
         else:
             self.gated = {d: None for d in self.spec.delimiters}
             self._lexer = MarkerLexer(self.spec.delimiters + self.spec.text_call_open)

@@ -44,7 +44,7 @@ class HarmonyArgsCodec(RegionCodec):
         return len(text)
 
     def marker(self, marker: str) -> bool:
-        if self._error is None and self._sc.in_string:
+        if self._error is None and self._sc.in_string and marker not in self.ctx.gated:
             self.feed(marker)  # a delimiter spelled inside a JSON string is just text
             return True
         return False

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import inspect
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.events import Event
 from chatsieve.grammar import GrammarError
 from chatsieve.grammar import plan as constraint_plan
-from chatsieve.prompt import PromptError, PromptTooLong
+from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError
 from chatsieve.protocols.openai_chat import (
     ChatRequest,
     ChunkStream,
@@ -62,17 +61,6 @@ from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, Securi
 
 log = logging.getLogger("chatsieve.server")
 
-# render_prompt's own parameters: chat_template_kwargs may not override them, except the few
-# that are safe to take from a request (documents for RAG templates, Gemma 4's empty thought).
-REQUEST_RENDER_OPTIONS = frozenset({"documents", "keep_empty_thinking"})
-RENDER_PARAMETERS = (
-    frozenset(
-        p.name for p in inspect.signature(render_prompt).parameters.values() if p.kind is not p.VAR_KEYWORD
-    )
-    - REQUEST_RENDER_OPTIONS
-)
-
-
 @dataclass(frozen=True)
 class ServerConfig:
     model_dir: Path
@@ -91,6 +79,8 @@ class ServerConfig:
     gguf: Path | None = None  # the engine's model file, checked against the tokenizer at start-up
     check_engine_model: bool = True  # llamacpp: also check the GGUF the engine reports in /props
     extra_backend_urls: tuple[str, ...] = ()  # more replicas of the engine at backend_url
+    max_concurrent_prompts: int = 8  # prompts prepared at once (render, isolate, tokenize, grammar)
+    prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
 
     @property
     def model_name(self) -> str:
@@ -175,8 +165,11 @@ class ChatService:
         self.vocab_size = self.tokenizer.hf.get_vocab_size(with_added_tokens=True)
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
+        self._preparing: anyio.Semaphore | None = None
+
 
     async def start(self) -> None:
+        self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
         self.client = EngineHTTP(
             max_connections=self.config.max_connections, read_timeout=self.config.timeout
         )
@@ -244,27 +237,52 @@ class ChatService:
     # ------------------------------------------------------------ one request
 
     async def prepare(self, req: ChatRequest) -> Generation:
-        """Render the prompt and set up parser and backend request; RequestError on bad input."""
-        kwargs = req.template_kwargs
-        bad = sorted(RENDER_PARAMETERS & kwargs.keys())
-        if bad:
+        """Render the prompt and set up parser and backend request; RequestError on bad input.
+
+        Every route's request goes through here. The work (rendering, isolation, tokenizing, the
+        grammar) runs in a worker thread, so no request holds up the event loop, and at most
+        `max_concurrent_prompts` are prepared at once: a request that finds no free slot within
+        `prompt_queue_timeout` seconds is a 503 (each preparation holds several copies of its
+        prompt in memory).
+        """
+        assert self._preparing is not None, "ChatService.start() was not awaited"
+        acquired = False
+        with anyio.move_on_after(self.config.prompt_queue_timeout):
+            await self._preparing.acquire()
+            acquired = True
+        if not acquired:
             raise RequestError(
-                f"chat_template_kwargs may not set {', '.join(bad)}", param="chat_template_kwargs"
+                f"the server is preparing {self.config.max_concurrent_prompts} prompts already: retry shortly",
+                code="server_busy", status=503, type="server_error",
+            )
+        try:
+            return await run_in_threadpool(self._prepare, req)
+        finally:
+            self._preparing.release()
+
+    def _prepare(self, req: ChatRequest) -> Generation:
+        variables = dict(req.template_kwargs)
+        # render_prompt options a request may give (RAG documents, Gemma 4's empty thought)
+        documents = variables.pop("documents", None)
+        keep_empty = variables.pop("keep_empty_thinking", False)
+        if not isinstance(keep_empty, bool):
+            raise RequestError(
+                "chat_template_kwargs.keep_empty_thinking must be true or false", param="chat_template_kwargs"
             )
         tools = req.prompt_tools
         context = self.max_model_len
         # room for the answer: max_tokens if given, else at least one token
         limit = None if context is None else context - (req.max_tokens or 1)
         try:
-            prompt = await run_in_threadpool(
-                lambda: render_prompt(
-                    req.messages,
-                    tokenizer=self.tokenizer,
-                    tools=tools,
-                    format=self.config.format,
-                    token_limit=limit,
-                    **kwargs,
-                )
+            prompt = render_prompt(
+                req.messages,
+                tokenizer=self.tokenizer,
+                tools=tools,
+                documents=documents,
+                format=self.config.format,
+                token_limit=limit,
+                keep_empty_thinking=keep_empty,
+                request_variables=variables,
             )
         except PromptTooLong as e:
             asked = f" plus max_tokens {req.max_tokens}" if req.max_tokens else ""
@@ -274,6 +292,10 @@ class ChatService:
                 + (" or lower max_tokens" if req.max_tokens else ""),
                 param="messages",
                 code="context_length_exceeded",
+            ) from None
+        except TemplateVariableError as e:
+            raise RequestError(
+                f"chat_template_kwargs: {e}", param="chat_template_kwargs", code="invalid_template_variable"
             ) from None
         except PromptError as e:
             raise RequestError(

@@ -232,9 +232,28 @@ class ChatService:
             log.warning("prompt warm-up failed: %s", e)
 
     def _token_text(self, token_id: int) -> str:
+        """A token's text for logprobs; an id outside the vocabulary is the engine's fault (502)."""
+        if not 0 <= token_id < self.vocab_size:
+            raise BackendError(
+                f"the engine sent token id {token_id} (with logprobs), outside the tokenizer's vocabulary "
+                f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
+            )
         return self.tokenizer.decode([token_id])
 
     # ------------------------------------------------------------ one request
+
+    def _check_vocabulary_bounds(self, req: ChatRequest) -> None:
+        """Fields that name token ids or count tokens stay inside this model's vocabulary."""
+        bad = [i for i, _ in req.logit_bias if i >= self.vocab_size]
+        if bad:
+            raise RequestError(
+                f"'logit_bias' names token id {bad[0]}, outside this model's vocabulary (0..{self.vocab_size - 1})",
+                param="logit_bias",
+            )
+        if req.top_k is not None and req.top_k > self.vocab_size:
+            raise RequestError(
+                f"'top_k' must be at most the vocabulary size {self.vocab_size}, got {req.top_k}", param="top_k"
+            )
 
     async def prepare(self, req: ChatRequest) -> Generation:
         """Render the prompt and set up parser and backend request; RequestError on bad input.
@@ -261,6 +280,7 @@ class ChatService:
             self._preparing.release()
 
     def _prepare(self, req: ChatRequest) -> Generation:
+        self._check_vocabulary_bounds(req)
         variables = dict(req.template_kwargs)
         # render_prompt options a request may give (RAG documents, Gemma 4's empty thought)
         documents = variables.pop("documents", None)

@@ -257,7 +257,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         return fail(f"--workers must be at least 1, got {args.workers}")
     if args.max_connections < 1:
         return fail(f"--max-connections must be at least 1, got {args.max_connections}")
-    from chatsieve.server.security import is_loopback
+    from chatsieve.server.security import is_loopback, key_problem
+
+    for key in api_keys(args):
+        problem = key_problem(key)
+        if problem:
+            return fail(f"--api-key / CHATSIEVE_API_KEY: {problem}")
 
     if not is_loopback(args.host) and not api_keys(args) and not args.allow_unauthenticated:
         return fail(

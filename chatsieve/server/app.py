@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import inspect
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.events import Event
 from chatsieve.grammar import GrammarError
 from chatsieve.grammar import plan as constraint_plan
-from chatsieve.prompt import PromptError, PromptTooLong
+from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError
 from chatsieve.protocols.anthropic import ANTHROPIC
 from chatsieve.protocols.common import (
     ChatRequest,
@@ -64,17 +63,6 @@ from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, Securi
 
 log = logging.getLogger("chatsieve.server")
 
-# render_prompt's own parameters: chat_template_kwargs may not override them, except the few
-# that are safe to take from a request (documents for RAG templates, Gemma 4's empty thought).
-REQUEST_RENDER_OPTIONS = frozenset({"documents", "keep_empty_thinking"})
-RENDER_PARAMETERS = (
-    frozenset(
-        p.name for p in inspect.signature(render_prompt).parameters.values() if p.kind is not p.VAR_KEYWORD
-    )
-    - REQUEST_RENDER_OPTIONS
-)
-
-
 @dataclass(frozen=True)
 class ServerConfig:
     model_dir: Path
@@ -98,6 +86,8 @@ class ServerConfig:
     response_store: str = ":memory:"
     response_store_max: int = 10_000  # responses kept, the oldest evicted first
     response_store_max_age: float = 30 * 24 * 3600.0  # seconds a stored response is kept
+    max_concurrent_prompts: int = 8  # prompts prepared at once (render, isolate, tokenize, grammar)
+    prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
 
     @property
     def model_name(self) -> str:
@@ -183,8 +173,11 @@ class ChatService:
         self.vocab_size = self.tokenizer.hf.get_vocab_size(with_added_tokens=True)
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
+        self._preparing: anyio.Semaphore | None = None
+
 
     async def start(self) -> None:
+        self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
         self.client = EngineHTTP(
             max_connections=self.config.max_connections, read_timeout=self.config.timeout
         )
@@ -247,6 +240,12 @@ class ChatService:
             log.warning("prompt warm-up failed: %s", e)
 
     def _token_text(self, token_id: int) -> str:
+        """A token's text for logprobs; an id outside the vocabulary is the engine's fault (502)."""
+        if not 0 <= token_id < self.vocab_size:
+            raise BackendError(
+                f"the engine sent token id {token_id} (with logprobs), outside the tokenizer's vocabulary "
+                f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
+            )
         return self.tokenizer.decode([token_id])
 
     def check_model(self, name: str | None) -> None:
@@ -262,28 +261,67 @@ class ChatService:
 
     # ------------------------------------------------------------ one request
 
-    async def prepare(self, req: ChatRequest) -> Generation:
-        """Render the prompt and set up parser and backend request; RequestError on bad input."""
-        kwargs = req.template_kwargs
-        bad = sorted(RENDER_PARAMETERS & kwargs.keys())
+    def _check_vocabulary_bounds(self, req: ChatRequest) -> None:
+        """Fields that name token ids or count tokens stay inside this model's vocabulary."""
+        bad = [i for i, _ in req.logit_bias if i >= self.vocab_size]
         if bad:
             raise RequestError(
-                f"chat_template_kwargs may not set {', '.join(bad)}", param="chat_template_kwargs"
+                f"'logit_bias' names token id {bad[0]}, outside this model's vocabulary (0..{self.vocab_size - 1})",
+                param="logit_bias",
+            )
+        if req.top_k is not None and req.top_k > self.vocab_size:
+            raise RequestError(
+                f"'top_k' must be at most the vocabulary size {self.vocab_size}, got {req.top_k}", param="top_k"
+            )
+
+    async def prepare(self, req: ChatRequest) -> Generation:
+        """Render the prompt and set up parser and backend request; RequestError on bad input.
+
+        Every route's request goes through here. The work (rendering, isolation, tokenizing, the
+        grammar) runs in a worker thread, so no request holds up the event loop, and at most
+        `max_concurrent_prompts` are prepared at once: a request that finds no free slot within
+        `prompt_queue_timeout` seconds is a 503 (each preparation holds several copies of its
+        prompt in memory).
+        """
+        assert self._preparing is not None, "ChatService.start() was not awaited"
+        acquired = False
+        with anyio.move_on_after(self.config.prompt_queue_timeout):
+            await self._preparing.acquire()
+            acquired = True
+        if not acquired:
+            raise RequestError(
+                f"the server is preparing {self.config.max_concurrent_prompts} prompts already: retry shortly",
+                code="server_busy", status=503, type="server_error",
+            )
+        try:
+            return await run_in_threadpool(self._prepare, req)
+        finally:
+            self._preparing.release()
+
+    def _prepare(self, req: ChatRequest) -> Generation:
+        self._check_vocabulary_bounds(req)
+        variables = dict(req.template_kwargs)
+        # render_prompt options a request may give (RAG documents, Gemma 4's empty thought)
+        documents = variables.pop("documents", None)
+        keep_empty = variables.pop("keep_empty_thinking", False)
+        if not isinstance(keep_empty, bool):
+            raise RequestError(
+                "chat_template_kwargs.keep_empty_thinking must be true or false", param="chat_template_kwargs"
             )
         tools = req.prompt_tools
         context = self.max_model_len
         # room for the answer: max_tokens if given, else at least one token
         limit = None if context is None else context - (req.max_tokens or 1)
         try:
-            prompt = await run_in_threadpool(
-                lambda: render_prompt(
-                    req.messages,
-                    tokenizer=self.tokenizer,
-                    tools=tools,
-                    format=self.config.format,
-                    token_limit=limit,
-                    **kwargs,
-                )
+            prompt = render_prompt(
+                req.messages,
+                tokenizer=self.tokenizer,
+                tools=tools,
+                documents=documents,
+                format=self.config.format,
+                token_limit=limit,
+                keep_empty_thinking=keep_empty,
+                request_variables=variables,
             )
         except PromptTooLong as e:
             asked = f" plus max_tokens {req.max_tokens}" if req.max_tokens else ""
@@ -293,6 +331,10 @@ class ChatService:
                 + (" or lower max_tokens" if req.max_tokens else ""),
                 param="messages",
                 code="context_length_exceeded",
+            ) from None
+        except TemplateVariableError as e:
+            raise RequestError(
+                f"chat_template_kwargs: {e}", param="chat_template_kwargs", code="invalid_template_variable"
             ) from None
         except PromptError as e:
             raise RequestError(

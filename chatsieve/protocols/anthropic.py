@@ -67,6 +67,9 @@ ERROR_TYPES = {
     529: "overloaded_error",
 }
 
+# The templates' thinking switches (Qwen3, GLM, Gemma 4: enable_thinking; DeepSeek V3.1/V3.2: thinking)
+THINKING_SWITCHES = ("enable_thinking", "thinking")
+
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}
 _TEXT_BLOCKS = frozenset({"text"})
 
@@ -391,7 +394,7 @@ def _thinking(value: Any, kwargs: dict, max_tokens: int | None) -> int | None:
     if kind == "adaptive":
         return None
     if kind == "disabled":
-        kwargs["enable_thinking"] = False
+        kwargs.update(dict.fromkeys(THINKING_SWITCHES, False))
         return None
     if kind != "enabled":
         raise RequestError(
@@ -407,7 +410,7 @@ def _thinking(value: Any, kwargs: dict, max_tokens: int | None) -> int | None:
             f"thinking.budget_tokens ({budget}) must be less than max_tokens ({max_tokens})",
             param="thinking.budget_tokens",
         )
-    kwargs["enable_thinking"] = True
+    kwargs.update(dict.fromkeys(THINKING_SWITCHES, True))
     return budget
 
 

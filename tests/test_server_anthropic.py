@@ -437,6 +437,7 @@ def test_an_engine_failure_mid_stream_is_an_error_event(qwen):
         ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
         ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "'document'"),
         ({"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}, "tools[0].type"),
+        ({"tools": [WEATHER, {"type": "web_search_20250305", "name": "web_search"}]}, "tools[1].type"),
         ({"tools": [{"name": "f"}]}, "tools[0].input_schema"),
         ({"tool_choice": {"type": "tool", "name": "missing"}, "tools": [WEATHER]}, "tool_choice"),
         ({"tool_choice": {"type": "sometimes"}}, "tool_choice"),
@@ -485,8 +486,9 @@ def test_aliases_versions_betas_and_the_beta_query(qwen):
 
 
 def test_fields_claude_code_sends_are_accepted(qwen):
-    """A system block list with cache_control, a system-role message, tools with extra keys,
-    adaptive thinking, metadata and the default hosted tools (left out, and said so)."""
+    """What Claude Code 2.1.328 sends: a system block list with cache_control, a system-role
+    message, tools with extra keys (defer_loading: rendered all the same), adaptive thinking,
+    metadata, output_config; and Anthropic's tool search (left out, and said so)."""
     url, engine = qwen
     body = {
         "model": MODEL,
@@ -497,19 +499,23 @@ def test_fields_claude_code_sends_are_accepted(qwen):
         ],
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "[think] hi", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment: linux"}]},
         ],
         "tools": [
-            {**WEATHER, "defer_loading": False, "cache_control": {"type": "ephemeral"}, "strict": True},
-            {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+            {**WEATHER, "cache_control": {"type": "ephemeral"}, "strict": True},
+            {"name": "Deferred", "input_schema": {"type": "object", "properties": {}}, "defer_loading": True},
+            {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"},
         ],
-        "thinking": {"type": "adaptive"},
+        "thinking": {"type": "adaptive", "display": "updates"},
         "metadata": {"user_id": "u-1"},
         "service_tier": "auto",
-        "context_management": {"edits": []},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
         "stream": False,
     }
     r = httpx.post(url + "/v1/messages?beta=true", json=body, timeout=30)
     assert r.status_code == 200, r.text
-    assert r.headers["x-chatsieve-tools-left-out"] == "web_search"
+    assert r.headers["x-chatsieve-tools-left-out"] == "tool_search_tool_regex"
     prompt = engine.decode(engine.requests[-1][1]["prompt"])
-    assert "You are a CLI.\n\nBe brief." in prompt and "get_weather" in prompt and "web_search" not in prompt
+    assert "You are a CLI.\n\nBe brief." in prompt and "# Environment: linux" in prompt
+    assert "get_weather" in prompt and "Deferred" in prompt and "tool_search" not in prompt

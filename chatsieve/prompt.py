@@ -54,7 +54,8 @@ from typing import Any
 from .messages import MessageError, normalize_messages
 from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "PromptTooLong", "render_main", "render_prompt", "render_text"]
+__all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "PromptTooLong", "load_chat_template", "render_main",
+           "render_prompt", "render_text"]
 
 # The Gemma 4 template ends a thinking-off generation prompt with this empty thought channel.
 GEMMA4_EMPTY_THOUGHT = "<|channel>thought\n<channel|>"
@@ -171,6 +172,7 @@ class _CallShape:
 
     objects: bool  # arguments as objects (else OpenAI's JSON string)
     null_content: bool  # a call message without text needs content None, not "" (DeepSeek V3, R1)
+    renders: bool = True  # False: no shape showed the call's arguments (the template drops calls)
 
 
 def _wants_argument_objects(source: str) -> bool:
@@ -215,7 +217,7 @@ def _call_shape(source: str) -> _CallShape:
             return _CallShape(objects=True, null_content=null)
         if probe(as_string, content) is not None:
             return _CallShape(objects=False, null_content=null)
-    return _CallShape(objects=False, null_content=False)
+    return _CallShape(objects=False, null_content=False, renders=False)
 
 
 def _as_tokenizer(tokenizer: Any) -> Tokenizer:
@@ -292,6 +294,34 @@ def _render(source: str, messages: list, tools: Any, documents: Any, add_generat
         raise PromptError(f"chat template failed on this conversation: {type(e).__name__}: {e}") from e
 
 
+def load_chat_template(path: str | Path, format: str | None = None) -> str:
+    """A chat template file's text, checked: readable, valid Jinja, renders a one-message
+    conversation (with the family's tool handling when `format` is given). Raises PromptError."""
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PromptError(f"cannot read the chat template {str(path)!r}: {e}") from e
+    if not source.strip():
+        raise PromptError(f"the chat template {str(path)!r} is empty")
+    try:
+        _render_request(source, [{"role": "user", "content": "hi"}], None, None, True,
+                        {"bos_token": "", "eos_token": ""}, format)
+    except PromptError as e:
+        raise PromptError(f"the chat template {str(path)!r} does not render a conversation: {e}") from e
+    return source
+
+
+def _render_request(source: str, messages: list, tools: Any, documents: Any, add_generation_prompt: bool,
+                    variables: dict, format: str | None) -> str:
+    """`_render`, after writing in what the template cannot render of the tools (for a known family:
+    its documented tool prompt, results as user turns, calls as text; see chatsieve.tool_prompt)."""
+    if format is not None:
+        from .tool_prompt import adapt_conversation
+
+        messages = adapt_conversation(source, messages, tools, _format_spec(format))
+    return _render(source, messages, tools, documents, add_generation_prompt, variables)
+
+
 def _format_spec(format: str):
     from . import formats
 
@@ -305,8 +335,26 @@ def _is_gemma4(format: str | None) -> bool:
     return format is not None and (format.lower() in _GEMMA4_NAMES or _format_spec(format).name in _GEMMA4_NAMES)
 
 
+# Gemma 4's template opens no model turn after tool results (the model answers inside its own
+# turn, after `<tool_response|>`), but when the call message also had text it writes that text
+# after the results and closes the turn: the prompt then ends here, with no turn to answer in.
+_GEMMA4_TURN_END = "<turn|>\n"
+_GEMMA4_MODEL_TURN = "<|turn>model\n"
+
+
+def _gemma4_answer_turn(text: str, format: str | None, add_generation_prompt: bool,
+                        variables: Mapping[str, Any]) -> str:
+    """Open the model's turn where Gemma 4's template closed one and opened none: what the template
+    itself writes after any closed turn (`<|turn>model\n`, and the empty thought channel unless
+    thinking is on)."""
+    if not add_generation_prompt or not text.endswith(_GEMMA4_TURN_END) or not _is_gemma4(format):
+        return text
+    return text + _GEMMA4_MODEL_TURN + ("" if variables.get("enable_thinking") else GEMMA4_EMPTY_THOUGHT)
+
+
 def _drop_empty_thought(text: str, format: str | None, add_generation_prompt: bool,
                         keep_empty_thinking: bool, variables: Mapping[str, Any]) -> str:
+    text = _gemma4_answer_turn(text, format, add_generation_prompt, variables)
     if (keep_empty_thinking or not add_generation_prompt or variables.get("enable_thinking")
             or not _is_gemma4(format) or not text.endswith(GEMMA4_EMPTY_THOUGHT)):
         return text
@@ -357,7 +405,7 @@ def render_text(
     """
     tok, source, msgs, tools_p, docs_p, variables = _prepare(
         messages, tokenizer, template, tools, documents, template_kwargs)
-    text = _render(source, msgs, tools_p, docs_p, add_generation_prompt, variables)
+    text = _render_request(source, msgs, tools_p, docs_p, add_generation_prompt, variables, format)
     return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
 
@@ -768,7 +816,7 @@ def render_prompt(
     def finish(text: str) -> str:
         return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
-    text = finish(_render(source, msgs, tools_p, docs_p, add_generation_prompt, variables))
+    text = finish(_render_request(source, msgs, tools_p, docs_p, add_generation_prompt, variables, format))
     if token_limit is not None and not truncation:
         floor = _min_tokens(tok, text, token_limit)
         if floor > token_limit:
@@ -785,8 +833,8 @@ def render_prompt(
         marked_tools = _mark(tools_p, delims, mk, flag)
         marked_docs = _mark(docs_p, delims, mk, flag)
         if flag[0]:
-            marked = finish(_render(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
-                                    variables))
+            marked = finish(_render_request(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
+                                            variables, format))
             pos = _align(text, marked, mk)
             if pos is None:
                 raise PromptError(

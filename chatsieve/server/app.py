@@ -37,7 +37,7 @@ from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.events import Event
 from chatsieve.grammar import GrammarError
 from chatsieve.grammar import plan as constraint_plan
-from chatsieve.prompt import PromptError, PromptTooLong
+from chatsieve.prompt import PromptError, PromptTooLong, load_chat_template
 from chatsieve.protocols.openai_chat import (
     ChatRequest,
     ChunkStream,
@@ -91,6 +91,7 @@ class ServerConfig:
     gguf: Path | None = None  # the engine's model file, checked against the tokenizer at start-up
     check_engine_model: bool = True  # llamacpp: also check the GGUF the engine reports in /props
     extra_backend_urls: tuple[str, ...] = ()  # more replicas of the engine at backend_url
+    chat_template: Path | None = None  # --chat-template: replaces the model directory's template
 
     @property
     def model_name(self) -> str:
@@ -105,6 +106,7 @@ class ServerConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["model_dir"] = str(self.model_dir)
         d["gguf"] = None if self.gguf is None else str(self.gguf)
+        d["chat_template"] = None if self.chat_template is None else str(self.chat_template)
         d["limits"] = dataclasses.asdict(self.limits)
         d["security"] = {**dataclasses.asdict(self.security), "open_paths": sorted(self.security.open_paths)}
         return json.dumps(d)
@@ -118,6 +120,7 @@ class ServerConfig:
                 **d,
                 "model_dir": Path(d["model_dir"]),
                 "gguf": None if d.get("gguf") is None else Path(d["gguf"]),
+                "chat_template": None if d.get("chat_template") is None else Path(d["chat_template"]),
                 "extra_backend_urls": tuple(d.get("extra_backend_urls", ())),
                 "cors_origins": tuple(d.get("cors_origins", ())),
                 "limits": RequestLimits(**d["limits"]),
@@ -173,6 +176,9 @@ class ChatService:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
         self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
         self.vocab_size = self.tokenizer.hf.get_vocab_size(with_added_tokens=True)
+        # --chat-template: read and checked once here (a bad file fails the start, not a request)
+        self.chat_template = None if config.chat_template is None else load_chat_template(
+            config.chat_template, config.format)
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
 
@@ -233,7 +239,8 @@ class ChatService:
         content = f"warm-up {delimiters[0]}" if delimiters else "warm-up"
         try:
             render_prompt(
-                [{"role": "user", "content": content}], tokenizer=self.tokenizer, format=self.config.format
+                [{"role": "user", "content": content}], tokenizer=self.tokenizer, format=self.config.format,
+                template=self.chat_template,
             )
         except Exception as e:  # the request path reports the real error, with its reason
             log.warning("prompt warm-up failed: %s", e)
@@ -262,6 +269,7 @@ class ChatService:
                     tokenizer=self.tokenizer,
                     tools=tools,
                     format=self.config.format,
+                    template=self.chat_template,
                     token_limit=limit,
                     **kwargs,
                 )

@@ -48,6 +48,11 @@ class Constraint:
     kind: str  # "grammar" | "json_schema" | "json_object"
     grammar: str | None = None
     schema: dict | None = None
+    calls: bool = False  # the reply is a JSON list of calls (chatsieve.call_list), parsed as the calls
+    # Two phases: first generate unconstrained up to and including this reasoning end marker, then
+    # continue constrained from the prompt plus that reasoning (engines whose grammar cannot leave
+    # room for a reasoning block)
+    reasoning_end: str | None = None
 
 
 # ---------------------------------------------------------------- GBNF assembly
@@ -422,6 +427,41 @@ def response_format_constraint(response_format: Mapping[str, Any] | None) -> Con
     raise GrammarError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
 
 
+def forced_calls(
+    format: str | FormatSpec,
+    *,
+    engine: str,
+    tools: Sequence[Mapping[str, Any]],
+    token_id: Callable[[str], int | None] | None,
+    parallel: bool,
+    thinking: bool | None,
+) -> Constraint:
+    """The constraint that forces calls: the family's own syntax where the engine's grammar can
+    express it (llama.cpp names control tokens; pythonic and Llama 3 JSON need none), else a JSON
+    list of calls (`chatsieve.call_list`), which every engine takes as a JSON Schema."""
+    from .call_list import call_list_schema
+
+    try:
+        return Constraint("grammar", grammar=call_grammar(
+            format, tools, engine=engine, token_id=token_id, parallel=parallel, thinking=thinking))
+    except GrammarError as own:
+        spec = get_format(format)
+        end = _reasoning_end(spec, thinking)
+        if end is not None and engine in TOKEN_GRAMMAR_ENGINES:
+            raise GrammarError(
+                f"tool_choice for format {spec.name!r} with thinking on: {own}; turn thinking off "
+                "(chat_template_kwargs.enable_thinking: false)"
+            ) from None
+        return Constraint("json_schema", schema=call_list_schema(tools, parallel=parallel), calls=True,
+                          reasoning_end=end)
+
+
+def _reasoning_end(spec: FormatSpec, thinking: bool | None) -> str | None:
+    """The marker that ends the reasoning when thinking is on for `spec`, else None."""
+    thinking_on = spec.default_thinking if thinking is None else thinking
+    return spec.reasoning_close[0] if spec.reasoning_open and spec.reasoning_close and thinking_on else None
+
+
 def plan(
     format: str | FormatSpec,
     *,
@@ -436,18 +476,26 @@ def plan(
     """The engine constraint for one request: a forced call for tool_choice `required` or a named
     function (`tools` already narrowed to it), else the response_format's JSON, else None."""
     if tool_choice in ("required", "function") and tools:
-        grammar = call_grammar(
-            format, tools, engine=engine, token_id=token_id, parallel=parallel and tool_choice != "function",
-            thinking=thinking,
-        )
-        return Constraint("grammar", grammar=grammar)
+        return forced_calls(format, engine=engine, tools=tools, token_id=token_id,
+                            parallel=parallel and tool_choice != "function", thinking=thinking)
     constraint = response_format_constraint(response_format)
-    if constraint is not None:
-        spec = get_format(format)
-        thinking_on = spec.default_thinking if thinking is None else thinking
-        if spec.reasoning_open and thinking_on:
-            raise GrammarError(
-                f"response_format cannot be enforced for format {spec.name!r} with thinking on (the JSON "
-                "would have to come before the reasoning); turn thinking off"
-            )
-    return constraint
+    if constraint is None:
+        return None
+    spec = get_format(format)
+    end = _reasoning_end(spec, thinking)
+    if end is None:
+        return constraint
+    if engine not in TOKEN_GRAMMAR_ENGINES:  # reasoning first, then the JSON (two phases)
+        return Constraint(constraint.kind, schema=constraint.schema, reasoning_end=end)
+    # llama.cpp: one grammar, the reasoning block (by token id) and then the JSON
+    tokens = []
+    for marker in (spec.reasoning_open[0], end):
+        tid = token_id(marker) if token_id is not None else None
+        if tid is None:
+            raise GrammarError(f"format {spec.name!r}: {marker!r} is not a single token of the served tokenizer, "
+                               "so a grammar cannot leave room for the reasoning; turn thinking off")
+        tokens.append(f"<[{tid}]>")
+    rules = _Rules()
+    root = ValueGrammar(rules, JSON_LITERALS).value(constraint.schema or {"type": "object"}, "schema")
+    rules.rules["reasoning"] = f"{tokens[0]}? !{tokens[1]}* {tokens[1]} [ \\t\\n]*"
+    return Constraint("grammar", grammar=rules.text(f"reasoning? {root}"))

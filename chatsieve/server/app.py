@@ -34,6 +34,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
+from chatsieve.call_list import CallListParser
 from chatsieve.events import Event
 from chatsieve.grammar import GrammarError
 from chatsieve.grammar import plan as constraint_plan
@@ -333,8 +334,19 @@ class ChatService:
             logit_bias=req.logit_bias,
             constraint=constraint,
         )
+        if constraint is not None and constraint.calls:  # a forced JSON call list: its content is the calls
+            parser = CallListParser(parser, tools)
+        reasoning_end_id = None
+        if constraint is not None and constraint.reasoning_end is not None:
+            reasoning_end_id = self.tokenizer.single_token_id(constraint.reasoning_end)
+            if reasoning_end_id is None:
+                raise RequestError(
+                    f"{constraint.reasoning_end!r} is not one token of this tokenizer, so the reasoning cannot "
+                    "come before the constrained answer: turn thinking off (chat_template_kwargs.enable_thinking: "
+                    "false)", param="response_format", code="unsupported_constraint")
         assert self.backend is not None, "ChatService.start() was not awaited"
         gen = Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))
+        gen.reasoning_end_id = reasoning_end_id
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
         gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
         gen.vocab_size = self.vocab_size
@@ -360,12 +372,47 @@ class Generation:
         self.completion_tokens = 0
         self.max_tokens: int | None = None  # cut locally at this many tokens (finish "length")
         self.vocab_size: int | None = None  # ids at or above it are an engine fault
+        self.reasoning_end_id: int | None = None  # two phases: reasoning, then the constrained answer
+        self._engine_finish: str | None = None
         self.request_id = ""
 
     async def events(self) -> AsyncIterator[list[Event]]:
-        """Filtered event lists as the engine produces ids; BackendError if the engine fails."""
-        engine_finish = None
-        stream = self.backend.generate(self.request)
+        """Filtered event lists as the engine produces ids; BackendError if the engine fails.
+
+        With `reasoning_end_id` (a constraint the engine cannot combine with reasoning), two
+        engine requests make one answer: unconstrained up to the reasoning's end token, then
+        constrained from the prompt plus that reasoning; usage counts both."""
+        produced: list[int] = []
+        first = self.request
+        end_id = self.reasoning_end_id
+        if end_id is not None:
+            first = dataclasses.replace(self.request, constraint=None,
+                                        stop_token_ids=(*self.request.stop_token_ids, end_id))
+        async for events in self._run(first, produced):
+            yield events
+        if end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
+            if not produced or produced[-1] != end_id:  # an engine that trims the stop token it hit
+                produced.append(end_id)
+                events = self.parser.feed(token_ids=[end_id])
+                if events:
+                    yield self.calls.apply(events)
+            left = None if self.max_tokens is None else self.max_tokens - self.completion_tokens
+            if left is None or left > 0:
+                second = dataclasses.replace(
+                    self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
+                    max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
+                async for events in self._run(second, produced):
+                    yield events
+        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
+        self.calls.finish()
+        yield events
+        if self.calls.dropped:
+            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
+
+    async def _run(self, request: GenerationRequest, produced: list[int]) -> AsyncIterator[list[Event]]:
+        """One engine request fed through the parser; its finish reason in `_engine_finish`."""
+        self._engine_finish = None
+        stream = self.backend.generate(request)
         try:
             async for batch in stream:
                 ids, lps, over = batch.token_ids, batch.logprobs, False
@@ -379,6 +426,7 @@ class Generation:
                         f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
                     )
                 self.completion_tokens += len(ids)
+                produced.extend(ids)
                 if ids:
                     events = self.parser.feed(
                         token_ids=list(ids), logprobs=list(lps) if lps is not None else None
@@ -386,19 +434,14 @@ class Generation:
                     if events:
                         yield self.calls.apply(events)
                 if batch.finish_reason:
-                    engine_finish = batch.finish_reason
+                    self._engine_finish = batch.finish_reason
                 if over:
-                    engine_finish = "length"  # the engine went past max_tokens: cut here
+                    self._engine_finish = "length"  # the engine went past max_tokens: cut here
                     break
                 if self.parser.stopped and not batch.finish_reason:
                     break  # a local stop: closing the stream cancels the engine request
         finally:
             await stream.aclose()
-        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else engine_finish))
-        self.calls.finish()
-        yield events
-        if self.calls.dropped:
-            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
 
     @property
     def finish_reason(self) -> str:

@@ -53,6 +53,7 @@ class Constraint:
     # continue constrained from the prompt plus that reasoning (engines whose grammar cannot leave
     # room for a reasoning block)
     reasoning_end: str | None = None
+    answer_prefix: str | None = None  # written after reasoning_end, before the constrained answer
 
 
 # ---------------------------------------------------------------- GBNF assembly
@@ -453,13 +454,27 @@ def forced_calls(
                 "(chat_template_kwargs.enable_thinking: false)"
             ) from None
         return Constraint("json_schema", schema=call_list_schema(tools, parallel=parallel), calls=True,
-                          reasoning_end=end)
+                          reasoning_end=end, answer_prefix=_answer_prefix(spec) if end else None)
+
+
+# Families whose reasoning is not a marked block: the token that ends it, and what opens the
+# answer after it (gpt-oss: the analysis message ends with <|end|>; the answer is the final channel).
+_REASONING_THEN_ANSWER = {"gpt_oss": ("<|end|>", "<|start|>assistant<|channel|>final<|message|>")}
 
 
 def _reasoning_end(spec: FormatSpec, thinking: bool | None) -> str | None:
     """The marker that ends the reasoning when thinking is on for `spec`, else None."""
     thinking_on = spec.default_thinking if thinking is None else thinking
-    return spec.reasoning_close[0] if spec.reasoning_open and spec.reasoning_close and thinking_on else None
+    if not thinking_on:
+        return None
+    if spec.name in _REASONING_THEN_ANSWER:
+        return _REASONING_THEN_ANSWER[spec.name][0]
+    return spec.reasoning_close[0] if spec.reasoning_open and spec.reasoning_close else None
+
+
+def _answer_prefix(spec: FormatSpec) -> str | None:
+    entry = _REASONING_THEN_ANSWER.get(spec.name)
+    return entry[1] if entry else None
 
 
 def plan(
@@ -486,7 +501,10 @@ def plan(
     if end is None:
         return constraint
     if engine not in TOKEN_GRAMMAR_ENGINES:  # reasoning first, then the JSON (two phases)
-        return Constraint(constraint.kind, schema=constraint.schema, reasoning_end=end)
+        return Constraint(constraint.kind, schema=constraint.schema, reasoning_end=end,
+                          answer_prefix=_answer_prefix(spec))
+    if not spec.reasoning_open:  # llama.cpp, gpt-oss: the JSON as the whole output, as before
+        return constraint
     # llama.cpp: one grammar, the reasoning block (by token id) and then the JSON
     tokens = []
     for marker in (spec.reasoning_open[0], end):

@@ -347,6 +347,8 @@ class ChatService:
         assert self.backend is not None, "ChatService.start() was not awaited"
         gen = Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))
         gen.reasoning_end_id = reasoning_end_id
+        if reasoning_end_id is not None and constraint.answer_prefix:
+            gen.answer_prefix_ids = self.tokenizer.encode(constraint.answer_prefix)
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
         gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
         gen.vocab_size = self.vocab_size
@@ -373,6 +375,7 @@ class Generation:
         self.max_tokens: int | None = None  # cut locally at this many tokens (finish "length")
         self.vocab_size: int | None = None  # ids at or above it are an engine fault
         self.reasoning_end_id: int | None = None  # two phases: reasoning, then the constrained answer
+        self.answer_prefix_ids: list[int] = []  # written between the two (gpt-oss: the final channel)
         self._engine_finish: str | None = None
         self.request_id = ""
 
@@ -394,6 +397,11 @@ class Generation:
             if not produced or produced[-1] != end_id:  # an engine that trims the stop token it hit
                 produced.append(end_id)
                 events = self.parser.feed(token_ids=[end_id])
+                if events:
+                    yield self.calls.apply(events)
+            if self.answer_prefix_ids:  # what opens the answer, as the model would write it
+                produced.extend(self.answer_prefix_ids)
+                events = self.parser.feed(token_ids=list(self.answer_prefix_ids))
                 if events:
                     yield self.calls.apply(events)
             left = None if self.max_tokens is None else self.max_tokens - self.completion_tokens

@@ -351,8 +351,10 @@ def call_grammar(
     token_id: Callable[[str], int | None] | None = None,
     parallel: bool = True,
     thinking: bool | None = None,
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> str:
-    """GBNF that makes the model answer with calls (at least one) to `tools`, in `format`'s syntax.
+    """GBNF that makes the model answer with calls (at least one) to `tools`, in `format`'s syntax
+    -- or, given `answer_schema`, with either those calls or JSON content matching it.
 
     `token_id(marker)` gives a control marker's single token id (the served tokenizer's);
     engines that cannot name a token in a grammar refuse families whose calls open with one.
@@ -386,6 +388,8 @@ def call_grammar(
     rules = _Rules()
     ctx = _Ctx(spec, token)
     root = build(ctx, normalized, parallel, rules)
+    if answer_schema is not None:
+        root = f"({root} | {ValueGrammar(rules, JSON_LITERALS).value(answer_schema, 'answer')})"
     if spec.reasoning_open and thinking_on:
         if engine not in TOKEN_GRAMMAR_ENGINES:
             raise GrammarError(
@@ -462,6 +466,40 @@ def forced_calls(
 _REASONING_THEN_ANSWER = {"gpt_oss": ("<|end|>", "<|start|>assistant<|channel|>final<|message|>")}
 
 
+def calls_or_answer(
+    format: str | FormatSpec,
+    *,
+    engine: str,
+    tools: Sequence[Mapping[str, Any]],
+    token_id: Callable[[str], int | None] | None,
+    parallel: bool,
+    thinking: bool | None,
+    answer: Constraint,
+) -> Constraint:
+    """Tools with a response_format, as OpenAI treats them: the model may call the tools, and only
+    an answer without calls must match the schema. The family's calls or the JSON in one grammar
+    where the engine can express the calls; else a JSON Schema `anyOf` [a list of calls, the
+    answer] (a reply that is a list of calls is parsed as the calls, any other as the content)."""
+    from .call_list import call_list_schema
+
+    answer_schema = answer.schema or {"type": "object"}
+    try:
+        return Constraint("grammar", grammar=call_grammar(
+            format, tools, engine=engine, token_id=token_id, parallel=parallel, thinking=thinking,
+            answer_schema=answer_schema))
+    except GrammarError as own:
+        spec = get_format(format)
+        end = _reasoning_end(spec, thinking)
+        if end is not None and engine in TOKEN_GRAMMAR_ENGINES:
+            raise GrammarError(
+                f"tools with response_format for format {spec.name!r} with thinking on: {own}; turn thinking "
+                "off (chat_template_kwargs.enable_thinking: false)"
+            ) from None
+        schema = {"anyOf": [call_list_schema(tools, parallel=parallel), answer_schema]}
+        return Constraint("json_schema", schema=schema, calls=True, reasoning_end=end,
+                          answer_prefix=_answer_prefix(spec) if end else None)
+
+
 def _reasoning_end(spec: FormatSpec, thinking: bool | None) -> str | None:
     """The marker that ends the reasoning when thinking is on for `spec`, else None."""
     thinking_on = spec.default_thinking if thinking is None else thinking
@@ -496,6 +534,9 @@ def plan(
     constraint = response_format_constraint(response_format)
     if constraint is None:
         return None
+    if tools and tool_choice == "auto":
+        return calls_or_answer(format, engine=engine, tools=tools, token_id=token_id, parallel=parallel,
+                               thinking=thinking, answer=constraint)
     spec = get_format(format)
     end = _reasoning_end(spec, thinking)
     if end is None:

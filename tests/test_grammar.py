@@ -276,7 +276,12 @@ def test_plan_picks_the_call_grammar_then_the_response_format():
     common = {"engine": "llamacpp", "token_id": None, "response_format": {"type": "json_object"}}
     c = plan("gemma3", tools=[NOW], tool_choice="required", **common)
     assert c.kind == "grammar" and "get_time" in c.grammar
-    assert plan("gemma3", tools=[NOW], tool_choice="auto", **common) == Constraint("json_object", schema={"type": "object"})
+    # tools with a response_format: the calls or the JSON answer
+    either = plan("gemma3", tools=[NOW], tool_choice="auto", **common)
+    assert either.kind == "grammar"
+    assert accepts(either.grammar, "[get_time()]") and accepts(either.grammar, '{"a": [1, true]}')
+    assert not accepts(either.grammar, "plain text")
+    assert plan("gemma3", tools=None, tool_choice="auto", **common) == Constraint("json_object", schema={"type": "object"})
     assert plan("gemma3", tools=None, tool_choice="auto", engine="vllm", token_id=None, response_format=None) is None
     with pytest.raises(GrammarError, match="not a single token.*turn thinking off"):
         plan("qwen3", tools=None, tool_choice="auto", **common)
@@ -334,6 +339,24 @@ def test_forced_calls_become_a_json_call_list_where_the_engine_cannot_name_the_c
     assert c.kind == "grammar" and "<[151657]>" in c.grammar
     g = plan("gemma4", tools=tools, tool_choice="required", engine="llamacpp", token_id=ids, response_format=None)
     assert g.calls
+
+
+def test_tools_with_a_response_format_allow_the_calls_or_the_answer():
+    ids = {"<tool_call>": 151657, "</tool_call>": 151658, "<think>": 151667, "</think>": 151668}.get
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    for engine in ("vllm", "sglang"):
+        c = plan("qwen3", tools=[NOW], tool_choice="auto", engine=engine, token_id=ids, response_format=rf)
+        assert c.calls and c.reasoning_end == "</think>"
+        jsonschema.validate([{"name": "get_time", "arguments": {}}], c.schema)
+        jsonschema.validate({"a": 1}, c.schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"b": 1}, c.schema)
+    c = plan("qwen3", tools=[NOW], tool_choice="auto", engine="llamacpp", token_id=ids, response_format=rf)
+    think, end, open_, close = (token_char(i) for i in (151667, 151668, 151657, 151658))
+    assert accepts(c.grammar, f'{think}hm{end}\n{open_}\n{{"name": "get_time", "arguments": {{}}}}\n{close}')
+    assert accepts(c.grammar, f'{think}hm{end}\n{{"a": 2}}')
+    assert not accepts(c.grammar, f'{think}hm{end}\n{{"b": 2}}')
 
 
 def test_response_format_constraints():

@@ -35,7 +35,8 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "temp": {
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "weather", "schema": SCHEMA}}
 CALL_LIST = '[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
 ANSWER = '{"city": "Paris", "temp": 18}'
-REASONING = {"[forced]": "The user wants Paris; I use the tool.", "[schema]": "The user wants Paris as JSON."}
+REASONING = {"[forced]": "The user wants Paris; I use the tool.", "[schema]": "The user wants Paris as JSON.",
+             "[either-call]": "Tools first: I call it.", "[either-answer]": "I know it: the answer."}
 
 # (family, engine) -> (phase-1 reasoning script or None, the constrained output) for a forced call
 _END = {"qwen3": "<|im_end|>", "gemma4": "<turn|>", "gpt_oss": "<|return|>"}
@@ -47,21 +48,21 @@ def _think(family: str, key: str) -> str:
     return f"<|channel|>analysis<|message|>{REASONING[key]}<|end|>"
 
 
-def _forced(family: str, engine: str) -> tuple[str | None, str]:
+def _forced(family: str, engine: str, key: str = "[forced]") -> tuple[str | None, str]:
     if family == "qwen3" and engine == "llamacpp":  # its own syntax, reasoning and all, in one grammar
-        return None, (f"{_think('qwen3', '[forced]')}\n\n<tool_call>\n" + '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        return None, (f"{_think('qwen3', key)}\n\n<tool_call>\n" + '{"name": "get_weather", "arguments": {"city": "Paris"}}'
                       "\n</tool_call><|im_end|>")
     if family == "gemma4":
         return None, CALL_LIST + _END[family]
-    return _think(family, "[forced]"), CALL_LIST + _END[family]
+    return _think(family, key), CALL_LIST + _END[family]
 
 
-def _structured(family: str, engine: str) -> tuple[str | None, str]:
+def _structured(family: str, engine: str, key: str = "[schema]") -> tuple[str | None, str]:
     if family == "qwen3" and engine == "llamacpp":
-        return None, f"{_think('qwen3', '[schema]')}\n\n{ANSWER}<|im_end|>"
+        return None, f"{_think('qwen3', key)}\n\n{ANSWER}<|im_end|>"
     if family == "gemma4" or (family == "gpt_oss" and engine == "llamacpp"):
         return None, ANSWER + _END[family]
-    return _think(family, "[schema]"), ANSWER + _END[family]
+    return _think(family, key), ANSWER + _END[family]
 
 
 @pytest.fixture(scope="module", params=[(f, e) for f in ("qwen3", "gemma4", "gpt_oss")
@@ -71,7 +72,9 @@ def server(request, tmp_path_factory):
     family, engine_kind = request.param
     tok = _tokenizer(FAMILIES[family])
     scripts = {}
-    for key, (think, out) in (("[forced]", _forced(family, engine_kind)), ("[schema]", _structured(family, engine_kind))):
+    for key, (think, out) in (("[forced]", _forced(family, engine_kind)), ("[schema]", _structured(family, engine_kind)),
+                              ("[either-call]", _forced(family, engine_kind, "[either-call]")),
+                              ("[either-answer]", _structured(family, engine_kind, "[either-answer]"))):
         ids = tok.encode(out)
         if think is None:
             scripts[key] = Script(ids, batch=2, constrained=True)
@@ -163,3 +166,28 @@ def test_response_format_with_thinking(server, stream):
     assert reasoning == (REASONING["[schema]"] if think or family == "qwen3" else "")
     produced = len(tok.encode(out)) + (len(tok.encode(think)) if think else 0)
     assert usage["completion_tokens"] == produced
+
+
+@pytest.mark.parametrize("case", ["call", "answer"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_tools_with_response_format_give_the_calls_or_the_constrained_answer(server, case, stream):
+    family, engine_kind, c, engine, tok = server
+    key = f"[either-{case}]"
+    kw = {"model": MODEL, "messages": [{"role": "user", "content": f"{key} Weather in Paris?"}],
+          "tools": [WEATHER], "response_format": RESPONSE_FORMAT}  # fmt: skip
+    if _gpt_oss_llamacpp(family, engine_kind):
+        with pytest.raises(openai.BadRequestError, match="thinking on"):
+            c.chat.completions.create(**kw)
+        return
+    if stream:
+        reasoning, content, calls, _ = _collect(c.chat.completions.create(stream=True, **kw))
+    else:
+        m = c.chat.completions.create(**kw).choices[0].message
+        reasoning, content = getattr(m, "reasoning_content", None) or "", m.content or ""
+        calls = [{"name": t.function.name, "arguments": t.function.arguments} for t in m.tool_calls or []]
+    if case == "call":
+        assert [(x["name"], json.loads(x["arguments"])) for x in calls] == [("get_weather", {"city": "Paris"})]
+        assert content == ""
+    else:
+        assert not calls and json.loads(content) == json.loads(ANSWER)
+    assert reasoning == ("" if family == "gemma4" else REASONING[key])

@@ -40,6 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="engine base URL, e.g. http://127.0.0.1:8001; give it again for more replicas of the same "
         "model (each request goes to the least-loaded healthy one)",
     )
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="PATH",
+        help="chat template file to render prompts with instead of the model directory's (vLLM's option; "
+        "e.g. one that renders tools where the model's own template ignores them); checked at start-up",
+    )
     p.add_argument("--backend-kind", choices=KINDS, default="vllm", help="engine protocol (default: vllm)")
     p.add_argument("--backend-model", default=None, help="model name to send to the engine, if it needs one")
     p.add_argument("--host", default="127.0.0.1")
@@ -230,6 +237,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         response_store=args.response_store or str(default_store_path()),
         response_store_max=args.response_store_max,
         response_store_max_age=args.response_store_max_age,
+        chat_template=Path(args.chat_template) if args.chat_template else None,
     )
 
 
@@ -288,6 +296,13 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         formats.get(args.format)
     except Exception as e:  # unknown format: the registry's message lists the known ones
         return fail(str(e))
+    if args.chat_template:
+        from chatsieve.prompt import PromptError, load_chat_template
+
+        try:
+            load_chat_template(args.chat_template, args.format)
+        except PromptError as e:
+            return fail(f"--chat-template: {e}")
     config = config_from_args(args)
     from chatsieve.server.response_store import ResponseStore
 

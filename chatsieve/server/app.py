@@ -35,10 +35,11 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
+from chatsieve.call_list import CallListParser
 from chatsieve.events import Event
 from chatsieve.grammar import GrammarError
 from chatsieve.grammar import plan as constraint_plan
-from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError
+from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError, load_chat_template
 from chatsieve.protocols.anthropic import ANTHROPIC
 from chatsieve.protocols.common import (
     ChatRequest,
@@ -88,6 +89,7 @@ class ServerConfig:
     response_store_max_age: float = 30 * 24 * 3600.0  # seconds a stored response is kept
     max_concurrent_prompts: int = 8  # prompts prepared at once (render, isolate, tokenize, grammar)
     prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
+    chat_template: Path | None = None  # --chat-template: replaces the model directory's template
 
     @property
     def model_name(self) -> str:
@@ -102,6 +104,7 @@ class ServerConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["model_dir"] = str(self.model_dir)
         d["gguf"] = None if self.gguf is None else str(self.gguf)
+        d["chat_template"] = None if self.chat_template is None else str(self.chat_template)
         d["limits"] = dataclasses.asdict(self.limits)
         d["security"] = {**dataclasses.asdict(self.security), "open_paths": sorted(self.security.open_paths)}
         return json.dumps(d)
@@ -115,6 +118,7 @@ class ServerConfig:
                 **d,
                 "model_dir": Path(d["model_dir"]),
                 "gguf": None if d.get("gguf") is None else Path(d["gguf"]),
+                "chat_template": None if d.get("chat_template") is None else Path(d["chat_template"]),
                 "extra_backend_urls": tuple(d.get("extra_backend_urls", ())),
                 "model_aliases": tuple(d.get("model_aliases", ())),
                 "cors_origins": tuple(d.get("cors_origins", ())),
@@ -171,6 +175,9 @@ class ChatService:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
         self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
         self.vocab_size = self.tokenizer.hf.get_vocab_size(with_added_tokens=True)
+        # --chat-template: read and checked once here (a bad file fails the start, not a request)
+        self.chat_template = None if config.chat_template is None else load_chat_template(
+            config.chat_template, config.format)
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
         self._preparing: anyio.Semaphore | None = None
@@ -234,7 +241,8 @@ class ChatService:
         content = f"warm-up {delimiters[0]}" if delimiters else "warm-up"
         try:
             render_prompt(
-                [{"role": "user", "content": content}], tokenizer=self.tokenizer, format=self.config.format
+                [{"role": "user", "content": content}], tokenizer=self.tokenizer, format=self.config.format,
+                template=self.chat_template,
             )
         except Exception as e:  # the request path reports the real error, with its reason
             log.warning("prompt warm-up failed: %s", e)
@@ -316,6 +324,7 @@ class ChatService:
             prompt = render_prompt(
                 req.messages,
                 tokenizer=self.tokenizer,
+                template=self.chat_template,
                 tools=tools,
                 documents=documents,
                 format=self.config.format,
@@ -386,8 +395,21 @@ class ChatService:
             logit_bias=req.logit_bias,
             constraint=constraint,
         )
+        if constraint is not None and constraint.calls:  # a forced JSON call list: its content is the calls
+            parser = CallListParser(parser, tools)
+        reasoning_end_id = None
+        if constraint is not None and constraint.reasoning_end is not None:
+            reasoning_end_id = self.tokenizer.single_token_id(constraint.reasoning_end)
+            if reasoning_end_id is None:
+                raise RequestError(
+                    f"{constraint.reasoning_end!r} is not one token of this tokenizer, so the reasoning cannot "
+                    "come before the constrained answer: turn thinking off (chat_template_kwargs.enable_thinking: "
+                    "false)", param="response_format", code="unsupported_constraint")
         assert self.backend is not None, "ChatService.start() was not awaited"
         gen = Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))
+        gen.reasoning_end_id = reasoning_end_id
+        if reasoning_end_id is not None and constraint.answer_prefix:
+            gen.answer_prefix_ids = self.tokenizer.encode(constraint.answer_prefix)
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
         gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
         gen.vocab_size = self.vocab_size
@@ -413,12 +435,53 @@ class Generation:
         self.completion_tokens = 0
         self.max_tokens: int | None = None  # cut locally at this many tokens (finish "length")
         self.vocab_size: int | None = None  # ids at or above it are an engine fault
+        self.reasoning_end_id: int | None = None  # two phases: reasoning, then the constrained answer
+        self.answer_prefix_ids: list[int] = []  # written between the two (gpt-oss: the final channel)
+        self._engine_finish: str | None = None
         self.request_id = ""
 
     async def events(self) -> AsyncIterator[list[Event]]:
-        """Filtered event lists as the engine produces ids; BackendError if the engine fails."""
-        engine_finish = None
-        stream = self.backend.generate(self.request)
+        """Filtered event lists as the engine produces ids; BackendError if the engine fails.
+
+        With `reasoning_end_id` (a constraint the engine cannot combine with reasoning), two
+        engine requests make one answer: unconstrained up to the reasoning's end token, then
+        constrained from the prompt plus that reasoning; usage counts both."""
+        produced: list[int] = []
+        first = self.request
+        end_id = self.reasoning_end_id
+        if end_id is not None:
+            first = dataclasses.replace(self.request, constraint=None,
+                                        stop_token_ids=(*self.request.stop_token_ids, end_id))
+        async for events in self._run(first, produced):
+            yield events
+        if end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
+            if not produced or produced[-1] != end_id:  # an engine that trims the stop token it hit
+                produced.append(end_id)
+                events = self.parser.feed(token_ids=[end_id])
+                if events:
+                    yield self.calls.apply(events)
+            if self.answer_prefix_ids:  # what opens the answer, as the model would write it
+                produced.extend(self.answer_prefix_ids)
+                events = self.parser.feed(token_ids=list(self.answer_prefix_ids))
+                if events:
+                    yield self.calls.apply(events)
+            left = None if self.max_tokens is None else self.max_tokens - self.completion_tokens
+            if left is None or left > 0:
+                second = dataclasses.replace(
+                    self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
+                    max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
+                async for events in self._run(second, produced):
+                    yield events
+        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
+        self.calls.finish()
+        yield events
+        if self.calls.dropped:
+            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
+
+    async def _run(self, request: GenerationRequest, produced: list[int]) -> AsyncIterator[list[Event]]:
+        """One engine request fed through the parser; its finish reason in `_engine_finish`."""
+        self._engine_finish = None
+        stream = self.backend.generate(request)
         try:
             async for batch in stream:
                 ids, lps, over = batch.token_ids, batch.logprobs, False
@@ -431,24 +494,20 @@ class Generation:
                         f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
                         f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
                     )
+                produced.extend(ids)
                 if ids:
                     events = self._feed(ids, lps)
                     if events:
                         yield self.calls.apply(events)
                 if batch.finish_reason:
-                    engine_finish = batch.finish_reason
+                    self._engine_finish = batch.finish_reason
                 if over:
-                    engine_finish = "length"  # the engine went past max_tokens: cut here
+                    self._engine_finish = "length"  # the engine went past max_tokens: cut here
                     break
                 if self.parser.stopped and not batch.finish_reason:
                     break  # a local stop: closing the stream cancels the engine request
         finally:
             await stream.aclose()
-        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else engine_finish))
-        self.calls.finish()
-        yield events
-        if self.calls.dropped:
-            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
 
     def _feed(self, ids: list[int], lps: list | None) -> list[Event]:
         """Feed a batch of ids and count them; with stop strings, one by one, so that the tokens

@@ -189,8 +189,10 @@ def test_request_errors_are_invalid_argument_with_the_message(dyn, model_dirs):
 
     engine, routed, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [])
     bad = {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}
-    with pytest.raises(InvalidArgument, match="tool_call"):
+    with pytest.raises(InvalidArgument, match="tool_choice 'required' for format 'qwen3'"):
         _collect(engine, bad)
+    with pytest.raises(InvalidArgument, match="response_format with thinking on"):
+        _collect(engine, {"messages": MESSAGES, "response_format": {"type": "json_object"}})
     with pytest.raises(InvalidArgument, match="chat_template_kwargs may not set tokenizer"):
         _collect(engine, {"messages": MESSAGES, "chat_template_kwargs": {"tokenizer": "x"}})
     with pytest.raises(InvalidArgument, match="logit_bias cannot be passed through Dynamo"):

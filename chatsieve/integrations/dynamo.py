@@ -456,6 +456,22 @@ class ChatsieveChatEngine:
         except GrammarError as e:
             param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
             raise RequestError(str(e), param=param, code="unsupported_constraint") from None
+        if constraint is not None and constraint.calls:
+            raise RequestError(
+                f"tool_choice {req.tool_choice.mode!r} for format {self.format!r}: its call syntax cannot be "
+                "given to Dynamo's workers as a grammar, and the JSON list of calls `chatsieve serve` forces "
+                "instead is not done by the Dynamo integration yet; use tool_choice 'auto'",
+                param="tool_choice",
+                code="unsupported_constraint",
+            )
+        if constraint is not None and constraint.reasoning_end is not None:
+            raise RequestError(
+                f"response_format with thinking on for format {self.format!r} needs two engine requests "
+                "(the reasoning, then the constrained answer), which the Dynamo integration does not do "
+                "yet; turn thinking off (chat_template_kwargs.enable_thinking: false)",
+                param="response_format",
+                code="unsupported_constraint",
+            )
         guided = None
         if constraint is not None:
             if constraint.kind == "grammar":

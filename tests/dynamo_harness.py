@@ -97,7 +97,7 @@ def model_dir(root: Path, family: str) -> Path:
         (d / "tokenizer.json").write_bytes(lzma.open(src / "tokenizer.json.xz").read())
         config = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8"))
         template = "chat_template.qwen3-coder.jinja" if family == "qwen3_coder" else "chat_template.jinja"
-        config["chat_template"] = (src / template).read_text(encoding="utf-8")
+        config["chat_template"] = models.model_path(f"qwen3/{template}").read_text(encoding="utf-8")
         model = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "max_position_embeddings": 40960,
                  "vocab_size": 151936, "eos_token_id": 151645, "bos_token_id": 151643}  # fmt: skip
         generation = {"eos_token_id": [151645, 151643]}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import glob
+import json
 from pathlib import Path
 
 import pytest
@@ -200,7 +201,7 @@ def test_request_errors_are_invalid_argument_with_the_message(dyn, model_dirs):
 
     engine, routed, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [])
     bad = {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}
-    with pytest.raises(InvalidArgument, match="tool_choice 'required' for format 'qwen3'"):
+    with pytest.raises(InvalidArgument, match="tool_choice 'required' with thinking on for format 'qwen3'"):
         _collect(engine, bad)
     with pytest.raises(InvalidArgument, match="response_format with thinking on"):
         _collect(engine, {"messages": MESSAGES, "response_format": {"type": "json_object"}})
@@ -271,3 +272,18 @@ def test_version_gate(dyn, monkeypatch):
     monkeypatch.setattr(dyn, "_installed_version", lambda: "1.7.0")
     with pytest.raises(ImportError, match=r"supports NVIDIA Dynamo >=1.6,<1.7 \(tested with 1.6.1\)"):
         dyn._check_interfaces()
+
+
+def test_forced_calls_as_a_json_call_list(dyn, model_dirs):
+    tok = _tokenizer(model_dirs["qwen3"])
+    ids = tok.encode('[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>')
+    engine, routed, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [Item({"token_ids": [i]}) for i in ids], pause=True)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+              "properties": {"city": {"type": "string"}}}}}]  # fmt: skip
+    body = {"messages": MESSAGES, "tools": tools, "tool_choice": "required",
+            "chat_template_args": {"enable_thinking": False}}  # fmt: skip
+    content, reasoning, calls, finish = _folded(_collect(engine, body))
+    assert (content, reasoning, finish) == (None, None, "tool_calls")
+    assert [(n, json.loads(a)) for n, a in calls] == [("get_weather", {"city": "Paris"})]
+    schema = routed.requests[0]["sampling_options"]["guided_decoding"]["json"]
+    assert schema["type"] == "array" and schema["minItems"] == 1

@@ -30,7 +30,9 @@ Decisions (README "Inside NVIDIA Dynamo"):
 - stop strings are cut here (the engine is sent stop token ids only), so a stop string spelled
   across tokens, or inside a tool call's arguments, is handled as in `chatsieve serve`;
 - tool_choice `required` / named and `response_format` become `sampling_options.guided_decoding`
-  (`grammar`: GBNF, which vLLM's and SGLang's xgrammar read; `json`: a JSON Schema);
+  (`grammar`: GBNF, which vLLM's and SGLang's xgrammar read; `json`: a JSON Schema, e.g. the JSON
+  call list of chatsieve.call_list where a family's syntax needs a control token); with thinking
+  on where that needs two engine requests, a 400 (not done here yet);
   `logit_bias` is refused (400): Dynamo's engine request has no field for it;
 - the chunks of every engine item that has already arrived are handed back at once (Dynamo's
   bridge to a Python engine costs per chunk), never waiting for more.
@@ -357,7 +359,7 @@ class Prepared:
 
     request: ChatRequest
     engine_request: dict
-    parser: StreamParser
+    parser: Any  # a StreamParser, or a CallListParser around one (forced calls as a JSON list)
     calls: ToolCallFilter
     prompt_tokens: int
     max_tokens: int | None
@@ -456,20 +458,13 @@ class ChatsieveChatEngine:
         except GrammarError as e:
             param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
             raise RequestError(str(e), param=param, code="unsupported_constraint") from None
-        if constraint is not None and constraint.calls:
-            raise RequestError(
-                f"tool_choice {req.tool_choice.mode!r} for format {self.format!r}: its call syntax cannot be "
-                "given to Dynamo's workers as a grammar, and the JSON list of calls `chatsieve serve` forces "
-                "instead is not done by the Dynamo integration yet; use tool_choice 'auto'",
-                param="tool_choice",
-                code="unsupported_constraint",
-            )
         if constraint is not None and constraint.reasoning_end is not None:
+            what = f"tool_choice {req.tool_choice.mode!r}" if constraint.calls else "response_format"
             raise RequestError(
-                f"response_format with thinking on for format {self.format!r} needs two engine requests "
-                "(the reasoning, then the constrained answer), which the Dynamo integration does not do "
-                "yet; turn thinking off (chat_template_kwargs.enable_thinking: false)",
-                param="response_format",
+                f"{what} with thinking on for format {self.format!r} needs two engine requests (the "
+                "reasoning, then the constrained answer), which the Dynamo integration does not do yet; "
+                "turn thinking off (chat_template_kwargs.enable_thinking: false)",
+                param="tool_choice" if constraint.calls else "response_format",
                 code="unsupported_constraint",
             )
         guided = None
@@ -490,6 +485,10 @@ class ChatsieveChatEngine:
             stop_token_ids=self.stop_token_ids,
             stream_arguments=self.options.stream_arguments,
         )
+        if constraint is not None and constraint.calls:  # a forced JSON call list: its content is the calls
+            from ..call_list import CallListParser
+
+            parser = CallListParser(parser, tools)
         ids = list(prompt.token_ids)
         max_tokens = req.max_tokens or (self.context_length - len(ids) if self.context_length else None)
         nvext = body.get("nvext") if isinstance(body.get("nvext"), dict) else {}

@@ -204,6 +204,11 @@ def deployment(tmp_path_factory):
                                            "agent_hints": {"priority": 3, "osl": 64}}})  # fmt: skip
     add("required", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
                                   "nvext": {"annotations": ["replay:qwen3-call"]}})  # fmt: skip
+    replays["call-list"] = {"ids": tokenizers["qwen3"].encode('[{"name": "run", "arguments": {"cmd": "ls"}}]<|im_end|>'),
+                            "finish": "stop"}  # fmt: skip
+    add("forced", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
+                                "chat_template_kwargs": {"enable_thinking": False},
+                                "nvext": {"annotations": ["replay:call-list"]}})  # fmt: skip
     replays["json"] = {"ids": tokenizers["qwen3"].encode('{"a": [1, "x"]}<|im_end|>'), "finish": "stop"}
     add("json", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "response_format": {"type": "json_object"},
                               "chat_template_kwargs": {"enable_thinking": False},
@@ -385,3 +390,11 @@ def test_logprobs_line_up_with_the_content_tokens(deployment):
     parts = [c["choices"][0]["logprobs"]["content"] for c in streamed["chunks"]
              if c.get("choices") and (c["choices"][0].get("logprobs") or {}).get("content")]  # fmt: skip
     assert [e["logprob"] for p in parts for e in p] == [e["logprob"] for e in entries]
+
+
+def test_forced_calls_go_to_the_workers_as_a_json_call_list(deployment):
+    got = _ok(deployment["results"]["forced"])
+    assert got["calls"] == [("run", {"cmd": "ls"})] and got["content"] is None and got["finish"] == "tool_calls"
+    (record,) = [r for r in deployment["worker_log"] if r["key"] == "call-list"]
+    schema = record["request"]["sampling_options"]["guided_decoding"]["json"]
+    assert schema["type"] == "array" and schema["minItems"] == 1

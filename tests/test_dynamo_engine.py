@@ -231,6 +231,10 @@ def test_local_stop_and_max_tokens_stop_the_engine(dyn, model_dirs):
     context = Context()
     content, _, _, finish = _folded(_collect(engine, {"messages": MESSAGES, "stop": [" three"]}, context))
     assert content == "one two" and finish == "stop" and context.stopped
+    engine, _, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [Item({"token_ids": ids})])  # all in one item
+    chunks = _collect(engine, {"messages": MESSAGES, "stop": [" three"]}, Context())
+    assert _folded(chunks)[0] == "one two"
+    assert chunks[-1]["usage"]["completion_tokens"] == ids.index(tok.encode(" three")[0]) + 1  # none past the stop
     engine, _, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [Item({"token_ids": ids})])  # one big item
     context = Context()
     chunks = _collect(engine, {"messages": MESSAGES, "max_tokens": len(ids) - 2}, context)

@@ -570,11 +570,19 @@ class ChatsieveChatEngine:
                             f"(0..{self.vocab_size - 1}): do the frontend and the workers serve the same model?"
                         )
                         break
-                    completion += len(ids)
-                    tokens += len(ids)
                     if ids:
                         lps = self._logprobs(ids, data) if req.logprobs else None
-                        events += calls.apply(parser.feed(token_ids=ids, logprobs=lps))
+                        if len(ids) == 1 or not parser.stop_strings:
+                            events += calls.apply(parser.feed(token_ids=ids, logprobs=lps))
+                        else:  # one by one: the tokens the engine sent past a stop string are not counted
+                            for k, tid in enumerate(ids):
+                                if parser.stopped:
+                                    ids = ids[:k]
+                                    break
+                                one = lps[k : k + 1] if lps is not None else None
+                                events += calls.apply(parser.feed(token_ids=[tid], logprobs=one))
+                    completion += len(ids)
+                    tokens += len(ids)
                     if data.get("finish_reason"):
                         engine_finish, engine_done, stop = str(data["finish_reason"]), True, True
                     elif over:  # the engine went past max_tokens: cut here, and stop it

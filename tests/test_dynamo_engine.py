@@ -191,6 +191,7 @@ def test_engine_request_fields(dyn, model_dirs):
     assert req["annotations"] == ["a:b"] and req["routing"] == {"backend_instance_id": 42, "priority": 1}
     assert req["extra_args"] == {"nvext": body["nvext"]} and req["eos_token_ids"] == sorted(tok.stop_token_ids)
     assert req["output_options"] == {"logprobs": None, "skip_special_tokens": False}
+    assert sum(c["llm_metrics"]["chunk_tokens"] for c in chunks) == chunks[-1]["llm_metrics"]["output_tokens"]
     assert chunks[-1]["usage"]["completion_tokens"] == 0 and chunks[-1]["llm_metrics"]["input_tokens"] == len(
         req["token_ids"]
     )
@@ -239,6 +240,7 @@ def test_local_stop_and_max_tokens_stop_the_engine(dyn, model_dirs):
     context = Context()
     chunks = _collect(engine, {"messages": MESSAGES, "max_tokens": len(ids) - 2}, context)
     assert _folded(chunks)[3] == "length" and chunks[-1]["usage"]["completion_tokens"] == len(ids) - 2
+    assert sum(c["llm_metrics"]["chunk_tokens"] for c in chunks) == len(ids) - 2 == chunks[-1]["llm_metrics"]["output_tokens"]
     assert context.stopped  # an engine that ignored max_tokens is stopped at the cut
     engine, _, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [Item({"token_ids": ids, "finish_reason": "eos"})])
     context = Context()

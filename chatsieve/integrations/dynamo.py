@@ -545,11 +545,11 @@ class ChatsieveChatEngine:
         engine_finish: str | None = None
         engine_done = False  # the engine ended the stream itself (finished or failed)
         completion = 0
+        tokens = 0  # output tokens not yet attributed to a chunk (llm_metrics chunk_tokens)
         yield self._wire(chunks.first(), metrics, 0)
         try:
             async for batch in _batches(stream):
                 events: list = []
-                tokens = 0
                 stop = False
                 failure: str | None = None
                 for item in batch:
@@ -613,11 +613,12 @@ class ChatsieveChatEngine:
         for d in calls.dropped:
             log.info("chatsieve: dropped call %s: %s", d.raw[:200], d.why)
         for chunk in chunks.events(events):
-            yield self._wire(chunk, metrics, 0)
+            yield self._wire(chunk, metrics, tokens)
+            tokens = 0
         reason = finish_reason(parser.finish_reason, calls.kept)
         closing = chunks.finish(reason)[0]
         closing["usage"] = usage(prepared.prompt_tokens, completion)
-        yield self._wire(closing, metrics, 0)
+        yield self._wire(closing, metrics, tokens)
 
     # ---- helpers -------------------------------------------------------------------------
     def _wire(self, chunk: dict, metrics: dict, tokens: int) -> dict:

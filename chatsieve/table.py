@@ -12,7 +12,7 @@ from . import formats
 from .spec import FormatSpec
 
 HEADER = (
-    "| format (aliases) | reasoning | calls | gated by token id (real tokenizer) | chat template in shared/models |\n"
+    "| format (aliases) | reasoning | calls | gated by token id (real tokenizer) | chat template in the test data |\n"
     "|---|---|---|---|---|"
 )
 

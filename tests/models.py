@@ -74,6 +74,11 @@ def model_path(rel: str) -> Path:
     """A file or tokenizer directory under the models directory; skips (fails under CI)
     when absent -- a documented GitHub-only file skips even under CI, also when it is a
     file of the directory asked for (a tokenizer directory a registry copy cannot fill)."""
+    if rel.startswith("llama.cpp/models/"):  # the registry copy's llama.cpp folder, wherever it is
+        p = llama_cpp_models() / rel[len("llama.cpp/models/") :]
+        if not p.exists():
+            _absent(f"missing model file {p}")
+        return p
     base = models_dir()
     p = base / rel
     if not p.exists():

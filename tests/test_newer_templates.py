@@ -75,6 +75,13 @@ def assistant_call(name: str) -> dict:
 
 
 def conversation(name: str, text: str = "Weather in Paris?", result: str = "sunny") -> list[dict]:
+    if name in DROPS_CALLS:  # render_prompt refuses a history whose calls the template drops
+        return [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": f"{text} It was {result} yesterday."},
+            {"role": "assistant", "content": "Let me check."},
+            {"role": "user", "content": "Thanks"},
+        ]
     return [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": text},
@@ -136,6 +143,10 @@ def test_history_renders_back_what_the_model_generated(name):
     family's parser reads back as that call: chatsieve's returned message round-trips."""
     user = [{"role": "user", "content": "Weather in Paris?"}]
     prompt = render(name, user, add_generation_prompt=True)
+    if name in DROPS_CALLS:  # refused rather than rendered without the call
+        with pytest.raises(PromptError, match="ignores the earlier tool calls"):
+            render(name, [*user, assistant_call(name)], add_generation_prompt=False)
+        return
     full = render(name, [*user, assistant_call(name)], add_generation_prompt=False)
     cut = len(os.path.commonprefix([prompt, full]))
     while cut and cut < len(prompt) and full[cut - 1] not in "\n>":
@@ -143,9 +154,6 @@ def test_history_renders_back_what_the_model_generated(name):
     generated = full[cut:]
     msg = chatsieve.parse(generated, name, tools=TOOLS, prompt=prompt[:cut])
     calls = [(c.name, json.loads(c.arguments)) for c in msg.tool_calls]
-    if name in DROPS_CALLS:
-        assert calls == [] and "get_weather" not in generated, DROPS_CALLS[name]
-        return
     assert calls == [("get_weather", {"city": "Paris"})], generated
 
 

@@ -86,4 +86,5 @@ def test_serve_argument_errors(tmp_path, capsys):
     write_gguf(bare, {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt-2",
                       "tokenizer.ggml.tokens": ["a", "b", "ab"], "tokenizer.ggml.merges": ["a b"]})  # fmt: skip
     assert serve_main(["--gguf", str(bare), *base]) == 2
-    assert f"the GGUF {bare} carries no chat template" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"the GGUF {bare} carries no chat template" in err and "give --chat-template FILE" in err

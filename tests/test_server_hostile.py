@@ -138,3 +138,63 @@ def test_logprob_alternatives_past_the_vocabulary_are_502(server, stream, caplog
         data = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
         assert data[-1] == "[DONE]" and json.loads(data[-2])["error"]["code"] == "backend_error"
     assert "outside the tokenizer's vocabulary" in caplog.text
+
+
+# ---------------------------------------------------------------- item 2: preparation off the loop
+
+
+def deep_tool(depth: int) -> dict:
+    s: dict = {"type": "string"}
+    for _ in range(depth):
+        s = {"type": ["object", "object"], "properties": {"a": s}, "anyOf": [{"required": ["a"]}, {"type": "object"}]}
+    return {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": s}}}}
+
+
+@pytest.fixture(scope="module")
+def llamacpp_server(engine, tok):
+    cfg = config(engine.url, backend_kind="llamacpp", check_engine_model=False, max_concurrent_prompts=1,
+                 prompt_queue_timeout=0.2)
+    with ServerThread(create_app(cfg, tokenizer=tok)) as s:
+        yield s.url
+
+
+def test_health_answers_while_a_request_is_prepared(llamacpp_server, monkeypatch):
+    # The preparation of a worst-case request (a grammar for a deeply nested schema, which took
+    # minutes before it was linear) is held inside the grammar builder until /health has answered:
+    # on the event loop, /health could not answer until it finished.
+    from chatsieve.server import app as app_module
+
+    started, health_done = threading.Event(), threading.Event()
+    real = app_module.constraint_plan
+
+    def held(*a, **kw):
+        started.set()
+        health_done.wait(30)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(app_module, "constraint_plan", held)
+    body = {"messages": user("[answer]"), "tools": [deep_tool(14)], "tool_choice": "required", **NO_THINK}
+    result: list[httpx.Response] = []
+    worker = threading.Thread(target=lambda: result.append(post(llamacpp_server, body)))
+    worker.start()
+    try:
+        assert started.wait(30), ("the request never reached the grammar", result and result[0].text)
+        r = httpx.get(llamacpp_server + "/health", timeout=10)
+        assert r.status_code == 200 and not result  # answered while the request was being prepared
+        # the one preparation slot is taken: another request is a 503 after the queue timeout
+        busy = post(llamacpp_server, {"messages": user("[answer]"), **NO_THINK})
+        assert error_of(busy, 503)["code"] == "server_busy"
+    finally:
+        health_done.set()
+        worker.join(60)
+    assert result and result[0].status_code == 200, result[0].text if result else None
+    assert post(llamacpp_server, {"messages": user("[answer]"), **NO_THINK}).status_code == 200
+
+
+def test_a_grammar_past_the_bound_is_400(llamacpp_server, monkeypatch):
+    from chatsieve import grammar
+
+    monkeypatch.setattr(grammar, "MAX_GRAMMAR_BYTES", 2048)
+    body = {"messages": user("[answer]"), "tools": [deep_tool(14)], "tool_choice": "required", **NO_THINK}
+    err = error_of(post(llamacpp_server, body), 400)
+    assert err["code"] == "grammar_too_large" and err["param"] == "tool_choice"

@@ -34,7 +34,7 @@ from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.events import Event
-from chatsieve.grammar import GrammarError
+from chatsieve.grammar import GrammarError, GrammarTooLarge
 from chatsieve.grammar import plan as constraint_plan
 from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError
 from chatsieve.protocols.openai_chat import (
@@ -341,7 +341,8 @@ class ChatService:
             )
         except GrammarError as e:
             param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
-            raise RequestError(str(e), param=param, code="unsupported_constraint") from None
+            code = "grammar_too_large" if isinstance(e, GrammarTooLarge) else "unsupported_constraint"
+            raise RequestError(str(e), param=param, code=code) from None
         parser = StreamParser(
             self.config.format,
             tools=tools,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import socket
 import threading
 import time
@@ -198,3 +197,133 @@ def test_a_grammar_past_the_bound_is_400(llamacpp_server, monkeypatch):
     body = {"messages": user("[answer]"), "tools": [deep_tool(14)], "tool_choice": "required", **NO_THINK}
     err = error_of(post(llamacpp_server, body), 400)
     assert err["code"] == "grammar_too_large" and err["param"] == "tool_choice"
+
+
+# ---------------------------------------------------------------- item 5: HTTP framing
+
+
+@contextlib.contextmanager
+def real_server(engine_url: str, tok, *extra: str):
+    """The server as `chatsieve serve` runs it: its uvicorn options (the guarded, strict h11)."""
+    args = build_parser().parse_args(
+        ["--model-dir", "m", "--format", "qwen3", "--backend", engine_url, *extra])
+    app = create_app(config(engine_url), tokenizer=tok)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
+                                           loop="asyncio", ws="none", **uvicorn_options(args)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.01)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def strict_port(engine, tok):
+    with real_server(engine.url, tok) as port:
+        yield port
+
+
+CHAT = json.dumps({"model": MODEL, "messages": user("[answer]"), **NO_THINK}).encode()
+
+
+def chat_head(extra: bytes = b"", *, line: bytes = b"POST /v1/chat/completions HTTP/1.1",
+              host: bytes = b"127.0.0.1") -> bytes:
+    return line + b"\r\nHost: " + host + b"\r\nContent-Type: application/json\r\n" + extra
+
+
+def chunked(body: bytes) -> bytes:
+    return b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+
+
+def exchange(port: int, data: bytes, *, follow: bytes = b"") -> tuple[bytes, bool]:
+    """Send `data` in one write; the response bytes, and whether the server then closed the
+    connection (checked by sending `follow`, a valid request, and reading until EOF or timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        got = b""
+        s.settimeout(5)
+        try:
+            while b"\r\n\r\n" not in got:
+                part = s.recv(65536)
+                if not part:
+                    return got, True
+                got += part
+            time.sleep(0.2)
+            with contextlib.suppress(OSError):
+                s.sendall(follow or b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            while True:
+                part = s.recv(65536)
+                if not part:
+                    return got, True
+                got += part
+        except TimeoutError:
+            return got, False
+        except (ConnectionResetError, BrokenPipeError):
+            return got, True
+
+
+MALFORMED = {
+    "content-length and chunked": chat_head(b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(CHAT))
+    + chunked(CHAT),
+    "chunked folded onto a continuation line": chat_head(b"X-Pad: a\r\n Transfer-Encoding: chunked\r\n\r\n")
+    + chunked(CHAT),
+    "transfer-encoding value folded": chat_head(b"Transfer-Encoding:\r\n chunked\r\n\r\n") + chunked(CHAT),
+    "bare LF line ends": b"GET /health HTTP/1.1\nHost: 127.0.0.1\n\n",
+    "bare LF in one header": b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\nX-A: b\r\n\r\n",
+    "HTTP/9.9": b"GET /health HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n",
+    "HTTP/2.0 in a 1.1 head": b"GET /health HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n",
+    "encoded slash in the path": chat_head(b"Content-Length: %d\r\n\r\n" % len(CHAT),
+                                           line=b"POST /v1/chat%2Fcompletions HTTP/1.1") + CHAT,
+    "encoded backslash in the path": b"GET /v1%5cmodels HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+    "host with text after the brackets": b"GET /v1/models HTTP/1.1\r\nHost: [::1]evil.example\r\n\r\n",
+    "host with a bad port": b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:80x\r\n\r\n",
+    "98 KB head in one write": b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(98)) + b"\r\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_framing_is_400_and_closed(strict_port, engine, case):
+    engine.requests.clear()
+    got, closed = exchange(strict_port, MALFORMED[case])
+    assert got.startswith(b"HTTP/1.1 400 "), got[:200]
+    assert got.count(b"HTTP/1.1 ") == 1 and closed, got  # nothing else was answered on it
+    assert engine.requests == []
+
+
+@pytest.mark.parametrize("data", [
+    chat_head(b"Content-Length: %d\r\n\r\n" % len(CHAT)) + CHAT,
+    chat_head(b"Transfer-Encoding: chunked\r\n\r\n") + chunked(CHAT),
+    b"GET /health?next=%2Fa%2Fb HTTP/1.0\r\nHost: localhost:8000\r\n\r\n",  # encoded slashes in a query are data
+], ids=["length", "chunked", "query-and-http-1.0"])
+def test_well_formed_requests_are_served(strict_port, data):
+    with socket.create_connection(("127.0.0.1", strict_port), timeout=10) as s:
+        s.sendall(data)
+        s.settimeout(10)
+        got = s.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200 "), got[:300]
+
+
+def test_a_pipelined_malformed_head_is_refused_too(strict_port):
+    good = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    got, closed = exchange(strict_port, good + MALFORMED["content-length and chunked"])
+    assert got.startswith(b"HTTP/1.1 200 ") and b"HTTP/1.1 400 " in got and closed, got
+
+
+@pytest.mark.parametrize("host,ok", [
+    ("127.0.0.1", True), ("localhost:8000", True), ("[::1]", True), ("[::1]:8000", True), ("llm.example.com", True),
+    ("[::1]evil.example", False), ("[::1]:80x", False), ("[evil]", False), ("a b", False), ("a:b:c", False),
+    ("a@b", False), ("127.0.0.1:²", False),
+])
+def test_host_syntax(host, ok):
+    from chatsieve.server.security import _hostname, valid_host
+
+    assert valid_host(host) is ok
+    if not ok:
+        assert _hostname(host) not in ("::1", "127.0.0.1", "localhost")

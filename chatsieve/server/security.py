@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -171,12 +172,14 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
 
 
 def _hostname(host: str) -> str:
+    """The name in a Host header, lower case, without port or trailing dot; a malformed header
+    (`[::1]evil.example`) gives itself whole, which no allow-list holds."""
     host = host.strip().lower()
+    if not valid_host(host):
+        return host
     if host.startswith("["):  # [::1]:8000
-        return host[1 : host.find("]")] if "]" in host else host
-    if host.count(":") == 1:
-        host = host.split(":", 1)[0]
-    return host.rstrip(".")
+        return host[1 : host.find("]")]
+    return host.partition(":")[0].rstrip(".")
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
@@ -253,12 +256,120 @@ def __getattr__(name: str) -> type:
     return cls
 
 
+# ---------------------------------------------------------------- strict request framing
+
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^\x00-\x20\x7f]+ HTTP/1\.[01]")
+# percent-escapes that change a path's meaning once decoded: "/", "\\", NUL
+_ENCODED_SEPARATORS = re.compile(rb"%(2f|5c|00)", re.IGNORECASE)
+
+
+def request_head_problem(head: bytes, max_bytes: int) -> str | None:
+    """Why a complete request head (request line and header lines, up to and including the empty
+    line) must be refused, or None. Stricter than h11, which recovers from what a proxy in front
+    may read differently (RFC 9112): line ends other than CRLF, obs-fold continuation lines, any
+    version but HTTP/1.0 and 1.1, Content-Length beside Transfer-Encoding (§6.1, a smuggling
+    precondition), an encoded "/" or "\\" in the path, a Host that is not host[:port]."""
+    if len(head) > max_bytes:
+        return f"request head over {max_bytes} bytes"
+    head = head.lstrip(b"\r\n")  # empty lines before the request line may be ignored (§2.2)
+    if head.count(b"\n") != head.count(b"\r\n") or head.count(b"\r") != head.count(b"\r\n"):
+        return "a line of the request head does not end with CRLF"
+    lines = head.split(b"\r\n")
+    if not _REQUEST_LINE.fullmatch(lines[0]):
+        return "malformed request line, or an HTTP version other than 1.0 and 1.1"
+    path = lines[0].split(b" ")[1].split(b"?", 1)[0]
+    if _ENCODED_SEPARATORS.search(path):
+        return "an encoded '/', '\\' or NUL in the path"
+    names: list[bytes] = []
+    hosts: list[bytes] = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        if line[:1] in (b" ", b"\t"):
+            return "a folded header line (obs-fold)"
+        name, _, value = line.partition(b":")
+        names.append(name.strip().lower())
+        if names[-1] == b"host":
+            hosts.append(value.strip())
+    if b"transfer-encoding" in names and b"content-length" in names:
+        return "both Content-Length and Transfer-Encoding"
+    for host in hosts:
+        if not valid_host(host.decode("latin-1")):
+            return "a Host header that is not host[:port]"
+    return None
+
+
+_REG_NAME = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=%]*")
+
+
+def valid_host(host: str) -> bool:
+    """Whether `host` is a Host header value: a name, an IPv4 address or a bracketed IPv6 address,
+    with an optional port (RFC 9110 §7.2, RFC 3986 §3.2.2)."""
+    name, port = host, ""
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0:
+            return False
+        name, rest = host[1:end], host[end + 1:]
+        if rest and not rest.startswith(":"):
+            return False
+        port = rest[1:]
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            return False
+    elif ":" in host:
+        name, _, port = host.partition(":")
+        if not _REG_NAME.fullmatch(name):
+            return False
+    elif not _REG_NAME.fullmatch(name):
+        return False
+    return port == "" or (port.isascii() and port.isdigit())
+
+
+def _strict_connection(max_head: int) -> Any:
+    """An h11 server connection whose reader checks each request head with `request_head_problem`
+    before h11 parses it (every head, pipelined ones included); a refusal is h11's protocol error,
+    which uvicorn answers with a 400 and closes the connection."""
+    import h11
+    from h11._readers import maybe_read_from_IDLE_client
+
+    def read_head(buf: Any) -> Any:
+        raw = bytes(buf)
+        start = len(raw) - len(raw.lstrip(b"\r\n"))
+        ends = [i for i in (raw.find(b"\n\r\n", start), raw.find(b"\n\n", start)) if i >= 0]
+        if ends:
+            end = min(ends)
+            head = raw[: end + (3 if raw[end:end + 3] == b"\n\r\n" else 2)]
+            problem = request_head_problem(head, max_head)
+            if problem is not None:
+                log.info("refused a request: %s (400, connection closed)", problem)
+                raise h11.LocalProtocolError(problem)
+        elif len(raw) > max_head:
+            raise h11.LocalProtocolError(f"request head over {max_head} bytes")
+        return maybe_read_from_IDLE_client(buf)
+
+    class StrictConnection(h11.Connection):
+        def _get_io_object(self, role: Any, event: Any, io_dict: Any) -> Any:
+            reader = super()._get_io_object(role, event, io_dict)
+            if reader is maybe_read_from_IDLE_client:
+                return read_head
+            return reader
+
+    return StrictConnection(h11.SERVER, max_incomplete_event_size=max_head)
+
+
 def _make_guarded_h11(header_timeout: float, max_connections: int) -> type:
     import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.h11_impl import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE, H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
         _header_timer: Any = None
+
+        def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(config, *args, **kwargs)
+            limit = config.h11_max_incomplete_event_size
+            self.conn = _strict_connection(DEFAULT_MAX_INCOMPLETE_EVENT_SIZE if limit is None else limit)
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)

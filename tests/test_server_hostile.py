@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -327,3 +328,29 @@ def test_host_syntax(host, ok):
     assert valid_host(host) is ok
     if not ok:
         assert _hostname(host) not in ("::1", "127.0.0.1", "localhost")
+
+
+# ---------------------------------------------------------------- item 6: log forging
+
+
+def test_request_text_cannot_forge_log_lines_and_query_values_are_not_logged(engine, tok, caplog):
+    caplog.set_level(logging.INFO)
+    cfg = config(engine.url, security=SecurityPolicy(api_keys=("k-123",), allowed_hosts=("127.0.0.1",)))
+    with ServerThread(create_app(cfg, tokenizer=tok), access_log=False) as s:  # as `chatsieve serve` runs
+        forged = "/v1/models%0D%0AINFO:%20chatsieve.server:%20forged%20line%E2%80%A8more"
+        r = httpx.get(s.url + forged + "?api_key=SECRET-KEY-9&x=1", timeout=10)
+        assert r.status_code == 401
+        r = httpx.get(s.url + "/health?token=SECRET-TOKEN-7", timeout=10)
+        assert r.status_code == 200
+    messages = [rec.getMessage() for rec in caplog.records if rec.name.startswith("chatsieve")]
+    assert any("refused: 401" in m for m in messages)
+    assert all("\n" not in m and "\r" not in m and "\u2028" not in m for m in messages), messages
+    assert not any("SECRET" in m for m in messages)
+    access = [m for m in messages if "/health" in m or "/v1/models" in m]
+    assert any("api_key=..." in m and "\\r\\n" in m for m in access), access
+    assert any("token=..." in m and " 200 " in m for m in access), access
+
+
+def test_serve_turns_off_uvicorns_access_log_which_prints_query_values():
+    args = build_parser().parse_args(["--model-dir", "m", "--format", "qwen3", "--backend", "http://x"])
+    assert uvicorn_options(args)["access_log"] is False

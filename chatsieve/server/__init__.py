@@ -161,6 +161,7 @@ def uvicorn_options(args: argparse.Namespace) -> dict:
         "limit_concurrency": args.limit_concurrency,
         "timeout_keep_alive": args.timeout_keep_alive,
         "h11_max_incomplete_event_size": args.max_header_bytes,
+        "access_log": False,  # SecurityMiddleware writes the access log, without query-string values
         "backlog": 4096,
     }
 

@@ -13,6 +13,7 @@ import ipaddress
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("chatsieve.server")
+access_log = logging.getLogger("chatsieve.access")
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 REQUEST_ID_KEY = "chatsieve.request_id"
@@ -64,6 +66,25 @@ class SecurityPolicy:
     open_paths: frozenset[str] = frozenset({"/health"})  # no API key needed
 
 
+def log_safe(text: str, limit: int = 300) -> str:
+    """Request-controlled text as it may appear in a log line: control and non-ASCII characters
+    escaped (a decoded %0A cannot start a forged line), cut to `limit` characters."""
+    cut = text[:limit]
+    out = json.dumps(cut)[1:-1].replace("\x7f", "\\u007f")
+    return out + ("..." if len(text) > limit else "")
+
+
+def redacted_query(query: bytes) -> str:
+    """A query string for the log: its parameter names, never their values (keys and tokens are
+    sometimes sent there)."""
+    if not query:
+        return ""
+    from urllib.parse import parse_qsl
+
+    names = [k for k, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)]
+    return "?" + "&".join(f"{log_safe(k, 60)}=..." for k in names[:20]) + ("&..." if len(names) > 20 else "")
+
+
 def error(message: str, code: str, type: str = "invalid_request_error") -> bytes:
     return json.dumps({"error": {"message": message, "type": type, "param": None, "code": code}}).encode()
 
@@ -91,18 +112,33 @@ class SecurityMiddleware:
         request_id = f"req-{uuid.uuid4().hex[:20]}"
         scope[REQUEST_ID_KEY] = request_id
         rid = (b"x-request-id", request_id.encode())
+        status = [0]
+        started = time.monotonic()
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
+                status[0] = message["status"]
                 message = {**message, "headers": [*message.get("headers", []), rid]}
             await send(message)
 
+        try:
+            await self._checked(scope, receive, send_with_id, request_id)
+        finally:
+            # the access log: the path escaped, the query string's names only (uvicorn's own
+            # access log, which prints values, is off in `chatsieve serve`)
+            client = (scope.get("client") or ("-", 0))[0]
+            line = f'{log_safe(scope["method"], 20)} {log_safe(scope["path"])}'
+            line += redacted_query(scope.get("query_string", b""))
+            access_log.info('%s %s "%s HTTP/%s" %d %.0fms', request_id, client, line,
+                            log_safe(scope.get("http_version", ""), 8), status[0], (time.monotonic() - started) * 1000)
+
+    async def _checked(self, scope: Scope, receive: Receive, send_with_id: Send, request_id: str) -> None:
         headers = _headers(scope)
         refusal = self._refuse(scope, headers)
         if refusal is not None:
             status, body, extra = refusal
-            log.info("%s %s %s refused: %d %s", request_id, scope["method"], scope["path"], status,
-                     json.loads(body)["error"]["code"])
+            log.info("%s %s %s refused: %d %s", request_id, log_safe(scope["method"], 20), log_safe(scope["path"]),
+                     status, json.loads(body)["error"]["code"])
             await _respond(send_with_id, status, body, extra)
             return
         if scope["method"] in ("POST", "PUT", "PATCH"):

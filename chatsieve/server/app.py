@@ -144,6 +144,30 @@ def model_context_length(model_dir: Path, tokenizer: Any) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
+# A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
+# the renderings, encodings and copies it used are many times the request's size.
+TRIM_AFTER_TOKENS = 50_000
+
+
+@functools.cache
+def _libc() -> Any:
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+def _trim_heap() -> None:
+    """glibc's malloc_trim: free heap pages back to the system (a no-op elsewhere)."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
 class ChatService:
     """Everything one request needs: tokenizer, format, backend; owns the pooled HTTP client."""
 
@@ -275,7 +299,10 @@ class ChatService:
                 code="server_busy", status=503, type="server_error",
             )
         try:
-            return await run_in_threadpool(self._prepare, req)
+            gen = await run_in_threadpool(self._prepare, req)
+            if gen.prompt_tokens >= TRIM_AFTER_TOKENS:
+                await run_in_threadpool(_trim_heap)  # the copies a long prompt needed go back
+            return gen
         finally:
             self._preparing.release()
 

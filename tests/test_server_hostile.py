@@ -354,3 +354,12 @@ def test_request_text_cannot_forge_log_lines_and_query_values_are_not_logged(eng
 def test_serve_turns_off_uvicorns_access_log_which_prints_query_values():
     args = build_parser().parse_args(["--model-dir", "m", "--format", "qwen3", "--backend", "http://x"])
     assert uvicorn_options(args)["access_log"] is False
+
+
+def test_max_concurrent_prompts_is_an_option():
+    from chatsieve.server import config_from_args
+
+    base = ["--model-dir", "m", "--format", "qwen3", "--backend", "http://x"]
+    assert config_from_args(build_parser().parse_args(base), environ={}).max_concurrent_prompts == 8
+    cfg = config_from_args(build_parser().parse_args([*base, "--max-concurrent-prompts", "2"]), environ={})
+    assert cfg.max_concurrent_prompts == 2 and ServerConfig.from_json(cfg.to_json()).max_concurrent_prompts == 2

@@ -8,6 +8,9 @@ resident afterwards. Prints, per case, the peak above the idle server divided by
 
     CHATSIEVE_MODELS=../shared/models python bench/bench_memory.py [--sizes 1,3] [--concurrency 1,3]
 
+First, what one streaming parser holds after a long output with 20 logprob alternatives per
+token, as the server runs it (logprobs sent on, not kept) and as a batch caller does (kept).
+
 Linux only (/proc). Figures vary with the allocator's reuse: compare rows of one run.
 """
 
@@ -50,14 +53,38 @@ def body(size: int, delimiters: bool) -> bytes:
                        "chat_template_kwargs": {"enable_thinking": False}}).encode()
 
 
+def stream_memory(tok, tokens: int) -> None:
+    """What one streaming parser holds after `tokens` tokens with 20 alternatives each, with the
+    server's setting (logprobs sent on, not kept) and with a batch caller's (kept)."""
+    import tracemalloc
+
+    from chatsieve.events import TokenLogprob
+
+    ids = tok.encode("The weather in Paris is sunny and mild today. " * (tokens // 10 + 1))[:tokens]
+    print(f"\n| parser ({tokens} tokens, top 20) | held after the stream, MB |\n|---|---|")
+    for keep in (True, False):
+        tracemalloc.start()
+        p = chatsieve.StreamParser("qwen3", tokenizer=tok, thinking=False, keep_logprobs=keep)
+        for k in range(0, len(ids), 4):
+            batch = ids[k:k + 4]
+            lps = [TokenLogprob(i, "t", -0.5, tuple((str(j), -1.0 - j) for j in range(20))) for i in batch]
+            p.feed(token_ids=batch, logprobs=lps)  # the events go out and are dropped, as a stream's do
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        print(f"| keep_logprobs={keep} | {held / 1e6:.1f} |", flush=True)
+        del p
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1,3", help="request sizes in MB")
     ap.add_argument("--concurrency", default="1,3")
     ap.add_argument("--context", type=int, default=4_000_000, help="--max-model-len (large: no early refusal)")
+    ap.add_argument("--stream-tokens", type=int, default=130_000, help="tokens per stream with logprobs")
     args = ap.parse_args()
     models = models_dir()
     tok = chatsieve.load_tokenizer(models / "qwen3")
+    stream_memory(tok, args.stream_tokens)
     engine = FakeEngine(tok.decode, {"[mem]": Script(tok.encode("ok<|im_end|>"))})
     with ServerThread(engine.app) as eng, serve_process(
         "--model-dir", str(models / "qwen3"), "--format", "qwen3", "--backend", eng.url,

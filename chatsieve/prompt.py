@@ -762,8 +762,8 @@ def _min_tokens(tok: Tokenizer, text: str, limit: int) -> int:
     if size <= limit:
         return 0
     floor = -(-size // _longest_token_bytes(tok))
-    if floor > limit or size < 6 * limit:
-        return floor
+    if floor > limit or size < 6 * limit or len(text) <= 2 * _COUNT_PIECE:
+        return floor  # (a short text is cheap to encode whole, and its count is then exact)
     counted, start = 0, 0
     while start < len(text):
         end = text.find(" ", start + _COUNT_PIECE)

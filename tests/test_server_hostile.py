@@ -363,3 +363,38 @@ def test_max_concurrent_prompts_is_an_option():
     assert config_from_args(build_parser().parse_args(base), environ={}).max_concurrent_prompts == 8
     cfg = config_from_args(build_parser().parse_args([*base, "--max-concurrent-prompts", "2"]), environ={})
     assert cfg.max_concurrent_prompts == 2 and ServerConfig.from_json(cfg.to_json()).max_concurrent_prompts == 2
+
+
+# ---------------------------------------------------------------- item 8: logprobs in streams
+
+
+def test_a_streaming_parser_keeps_no_logprobs(tok):
+    from chatsieve.events import TokenLogprob
+
+    ids = tok.encode("The answer is 42, said the model, and it was right." * 20)
+    lps = [TokenLogprob(i, tok.decode([i]), -0.5, tuple((str(j), -1.0) for j in range(20))) for i in ids]
+    kept, sent = chatsieve.StreamParser("qwen3", tokenizer=tok, thinking=False), chatsieve.StreamParser(
+        "qwen3", tokenizer=tok, thinking=False, keep_logprobs=False)
+    out = {}
+    for name, p in (("kept", kept), ("sent", sent)):
+        events = [e for k in range(0, len(ids), 7) for e in p.feed(token_ids=ids[k:k + 7], logprobs=lps[k:k + 7])]
+        events += p.finish()
+        out[name] = [lp for e in events for lp in (getattr(e, "logprobs", None) or ())]
+    assert out["kept"] == out["sent"] == lps  # the events carry every logprob either way
+    assert kept.message.logprobs == lps and sent.message.logprobs is None
+    assert kept.message.content == sent.message.content
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_streamed_logprobs_still_reach_the_client(server, stream):
+    body = {"messages": user("[answer]"), "logprobs": True, "top_logprobs": 2, "stream": stream, **NO_THINK}
+    r = post(server, body)
+    assert r.status_code == 200
+    if stream:
+        chunks = [json.loads(line[6:]) for line in r.text.splitlines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+        entries = [e for c in chunks for ch in c["choices"] for e in ((ch.get("logprobs") or {}).get("content") or [])]
+    else:
+        entries = r.json()["choices"][0]["logprobs"]["content"]
+    assert "".join(e["token"] for e in entries) == "The answer is 42."
+    assert all(len(e["top_logprobs"]) == 2 for e in entries)

@@ -378,6 +378,7 @@ class ChatService:
             tokenizer=self.tokenizer,
             stop=list(req.stop) or None,
             stop_token_ids=list(self.stop_token_ids),
+            keep_logprobs=not req.stream,  # a stream sends them on as they come and keeps none
         )
         gen_req = GenerationRequest(
             prompt_token_ids=list(prompt.token_ids),

@@ -46,6 +46,7 @@ def engine(tok, vocab):
     enc = tok.encode
     scripts = {
         "[answer]": Script(enc("The answer is 42.<|im_end|>")),
+        "[paced]": Script(enc("The answer is 42.<|im_end|>"), delay=0.02),  # one event per read
         # the last id of the vocabulary: the fake engine's alternatives are id+1, id+2 (beyond it)
         "[edge]": Script([*enc("Edge"), vocab - 1, *enc("<|im_end|>")]),
     }
@@ -398,3 +399,37 @@ def test_streamed_logprobs_still_reach_the_client(server, stream):
         entries = r.json()["choices"][0]["logprobs"]["content"]
     assert "".join(e["token"] for e in entries) == "The answer is 42."
     assert all(len(e["top_logprobs"]) == 2 for e in entries)
+
+
+# ---------------------------------------------------------------- /metrics
+
+
+def test_metrics_in_prometheus_format_behind_the_key(engine, tok):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cfg = config(engine.url, security=SecurityPolicy(api_keys=("k-1",), allowed_hosts=("127.0.0.1",)))
+    auth = {"authorization": "Bearer k-1"}
+    with ServerThread(create_app(cfg, tokenizer=tok)) as s:
+        assert httpx.get(s.url + "/metrics", timeout=10).status_code == 401
+        assert post(s.url, {"messages": user("[answer]"), **NO_THINK}, headers=auth).status_code == 200
+        r = post(s.url, {"messages": user("[paced]"), "stream": True, **NO_THINK}, headers=auth)
+        assert r.status_code == 200
+        assert post(s.url, {"messages": user("[answer]"), "chat_template_kwargs": {"bos_token": "x"}},
+                    headers=auth).status_code == 400
+        assert httpx.get(s.url + "/v1/nothing%0Ahere", headers=auth, timeout=10).status_code == 404
+        r = httpx.get(s.url + "/metrics", headers=auth, timeout=10)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = {(x.name, tuple(sorted(x.labels.items()))): x.value
+               for f in text_string_to_metric_families(r.text) for x in f.samples}
+    route = "/v1/chat/completions"
+    assert samples[("chatsieve_requests_total", (("route", route), ("status", "200")))] == 2
+    assert samples[("chatsieve_requests_total", (("route", route), ("status", "400")))] == 1
+    assert samples[("chatsieve_requests_total", (("route", "other"), ("status", "404")))] == 1
+    assert samples[("chatsieve_refused_requests_total", (("reason", "invalid_template_variable"),))] == 1
+    assert samples[("chatsieve_refused_requests_total", (("reason", "invalid_api_key"),))] == 1
+    assert samples[("chatsieve_completion_tokens_total", ())] == 2 * len(tok.encode("The answer is 42.<|im_end|>"))
+    assert samples[("chatsieve_prompt_tokens_total", ())] > 0
+    assert samples[("chatsieve_time_to_first_token_seconds_count", ())] == 2
+    assert samples[("chatsieve_inter_token_latency_seconds_count", ())] > 0
+    assert samples[("chatsieve_in_flight_generations", ())] == 0
+    assert samples[("chatsieve_engine_errors_total", ())] == 0

@@ -55,6 +55,7 @@ from chatsieve.protocols.openai_chat import (
 )
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
 from chatsieve.server.client import EngineHTTP
+from chatsieve.server.metrics import Metrics, MetricsMiddleware, observe_refusal
 from chatsieve.server.model_check import check_model, engine_model_path
 from chatsieve.server.pool import ReplicaPool
 from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, SecurityPolicy
@@ -190,6 +191,7 @@ class ChatService:
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
         self._preparing: anyio.Semaphore | None = None
+        self.metrics = Metrics()
 
 
     async def start(self) -> None:
@@ -294,12 +296,17 @@ class ChatService:
             await self._preparing.acquire()
             acquired = True
         if not acquired:
+            observe_refusal(self.metrics, "server_busy")
             raise RequestError(
                 f"the server is preparing {self.config.max_concurrent_prompts} prompts already: retry shortly",
                 code="server_busy", status=503, type="server_error",
             )
         try:
-            gen = await run_in_threadpool(self._prepare, req)
+            try:
+                gen = await run_in_threadpool(self._prepare, req)
+            except RequestError as e:
+                observe_refusal(self.metrics, e.code)
+                raise
             if gen.prompt_tokens >= TRIM_AFTER_TOKENS:
                 await run_in_threadpool(_trim_heap)  # the copies a long prompt needed go back
             return gen
@@ -401,6 +408,7 @@ class ChatService:
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
         gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
         gen.vocab_size = self.vocab_size
+        gen.metrics = self.metrics
         return gen
 
 
@@ -424,14 +432,27 @@ class Generation:
         self.max_tokens: int | None = None  # cut locally at this many tokens (finish "length")
         self.vocab_size: int | None = None  # ids at or above it are an engine fault
         self.request_id = ""
+        self.metrics: Metrics | None = None
 
     async def events(self) -> AsyncIterator[list[Event]]:
         """Filtered event lists as the engine produces ids; BackendError if the engine fails."""
         engine_finish = None
         stream = self.backend.generate(self.request)
+        m = self.metrics
+        last = started = time.monotonic()
+        if m is not None:
+            m.in_flight.inc()
+            m.prompt_tokens.inc(self.prompt_tokens)
         try:
             async for batch in stream:
                 ids, lps, over = batch.token_ids, batch.logprobs, False
+                if m is not None and ids:
+                    now = time.monotonic()
+                    if not self.completion_tokens:
+                        m.ttft.observe(now - started)
+                    else:
+                        m.inter_token.observe((now - last) / len(ids))
+                    last = now
                 if self.max_tokens is not None and self.completion_tokens + len(ids) > self.max_tokens:
                     keep = max(self.max_tokens - self.completion_tokens, 0)
                     ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
@@ -455,7 +476,14 @@ class Generation:
                     break
                 if self.parser.stopped and not batch.finish_reason:
                     break  # a local stop: closing the stream cancels the engine request
+        except BackendError:
+            if m is not None:
+                m.engine_errors.inc()
+            raise
         finally:
+            if m is not None:
+                m.in_flight.dec()
+                m.completion_tokens.inc(self.completion_tokens)
             await stream.aclose()
         events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else engine_finish))
         self.calls.finish()
@@ -665,14 +693,14 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             Route("/ready", ready, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
-        middleware=_middleware(config),
+        middleware=_middleware(config, service.metrics),
         lifespan=lifespan,
     )
     app.state.service = service
     return app
 
 
-def _middleware(config: ServerConfig) -> list[Middleware]:
+def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
     """CORS (only for the --cors-origins given) outside the access checks: a browser's preflight
     carries no API key."""
     stack = []
@@ -686,7 +714,10 @@ def _middleware(config: ServerConfig) -> list[Middleware]:
                 expose_headers=["x-request-id"],
             )
         )
-    stack.append(Middleware(SecurityMiddleware, policy=config.security))
+    stack.append(Middleware(SecurityMiddleware, policy=config.security,
+                            on_refusal=lambda code: observe_refusal(metrics, code)))
+    # inside the access checks: /metrics needs the API key like every route but /health
+    stack.append(Middleware(MetricsMiddleware, metrics=metrics))
     return stack
 
 

@@ -15,7 +15,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,9 +92,11 @@ def error(message: str, code: str, type: str = "invalid_request_error") -> bytes
 class SecurityMiddleware:
     """Checks each HTTP request against a `SecurityPolicy` before the app sees it."""
 
-    def __init__(self, app: ASGIApp, policy: SecurityPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: SecurityPolicy,
+                 on_refusal: Callable[[str], None] | None = None) -> None:
         self.app = app
         self.policy = policy
+        self.on_refusal = on_refusal  # told each refusal's error code (the metrics)
         for key in policy.api_keys:
             problem = key_problem(key)
             if problem:
@@ -139,6 +141,7 @@ class SecurityMiddleware:
             status, body, extra = refusal
             log.info("%s %s %s refused: %d %s", request_id, log_safe(scope["method"], 20), log_safe(scope["path"]),
                      status, json.loads(body)["error"]["code"])
+            self._refused(json.loads(body)["error"]["code"])
             await _respond(send_with_id, status, body, extra)
             return
         if scope["method"] in ("POST", "PUT", "PATCH"):
@@ -146,12 +149,14 @@ class SecurityMiddleware:
                 with anyio.fail_after(self.policy.body_timeout):
                     body = await _read_body(receive, self.policy.max_body_bytes)
             except _TooLarge:
+                self._refused("request_too_large")
                 log.info("%s request body over %d bytes: 413", request_id, self.policy.max_body_bytes)
                 await _respond(send_with_id, 413, error(
                     f"the request body is larger than {self.policy.max_body_bytes} bytes",
                     "request_too_large"), [(b"connection", b"close")])
                 return
             except TimeoutError:
+                self._refused("request_timeout")
                 log.info("%s request body not received within %gs: 408", request_id, self.policy.body_timeout)
                 await _respond(send_with_id, 408, error(
                     f"the request body did not arrive within {self.policy.body_timeout:g} seconds",
@@ -161,6 +166,10 @@ class SecurityMiddleware:
                 return  # the client went away
             receive = _replay(body, receive)
         await self.app(scope, receive, send_with_id)
+
+    def _refused(self, code: str) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(code)
 
     def _refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, bytes, list] | None:
         if self._hosts is not None:

@@ -67,6 +67,7 @@ __all__ = [
     "PromptTooLong",
     "TemplateVariableError",
     "check_request_variables",
+    "load_chat_template",
     "owned_variables",
     "render_main",
     "render_prompt",
@@ -205,7 +206,8 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"  # an inert placeholder, as transformers renders unknown objects
 
 
-def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = False) -> list[dict]:
+def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = False,
+                      null_call_content: bool = False) -> list[dict]:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise PromptError("messages must be a list of {'role': ..., 'content': ...} dicts")
     if not messages:
@@ -229,39 +231,75 @@ def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = Fals
         reasoning = next((m[k] for k in _REASONING_FIELDS if m.get(k) is not None), None)
         if reasoning is not None:
             m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        if null_call_content and m.get("tool_calls") and m.get("content") == "":
+            m = {**m, "content": None}  # the template renders calls only under null content
         out.append(m)
     return out
 
 
 _PROBE_CALL_ID = "abcDEF123"  # nine alphanumerics: Mistral's templates insist on that shape
-_PROBE_TOOLS = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object"}}}]
+# A complete tool definition (description, typed and described parameters): templates index
+# these fields without a default (gpt-oss needs `description`), and a probe they refuse decides
+# nothing.
+_PROBE_TOOLS = [{"type": "function", "function": {
+    "name": "probe", "description": "A probe tool.",
+    "parameters": {"type": "object", "properties": {"k": {"type": "string", "description": "A key."}},
+                   "required": ["k"]}}}]
+_PROBE_ARGS = {"k": "v7q"}  # the value shows whether the call's arguments were rendered
+
+
+@dataclass(frozen=True)
+class _CallShape:
+    """How a template wants an assistant's earlier tool calls handed to it."""
+
+    objects: bool  # arguments as objects (else OpenAI's JSON string)
+    null_content: bool  # a call message without text needs content None, not "" (DeepSeek V3, R1)
+    renders: bool = True  # False: no shape showed the call's arguments (the template drops calls)
+
+
+def _wants_argument_objects(source: str) -> bool:
+    """Whether a template takes tool-call arguments as objects rather than OpenAI's JSON string
+    (see `_call_shape`)."""
+    return _call_shape(source).objects
 
 
 @functools.lru_cache(maxsize=32)
-def _wants_argument_objects(source: str) -> bool:
-    """Whether a template needs tool-call arguments as objects rather than OpenAI's JSON string.
+def _call_shape(source: str) -> _CallShape:
+    """Probe a template once for the message shape under which it renders an earlier call.
 
-    Vendors disagree (DeepSeek concatenates the string; Llama 3 and GLM `tojson` or iterate an
-    object), so a probe call with string arguments is rendered once per template: if the template
-    fails on it or double-encodes it, arguments are given to it as objects. Otherwise they stay
-    strings, as transformers passes them.
+    Chat templates are written against argument objects (transformers' documented form: they
+    `tojson` them, iterate them, or write the family's own syntax from them), and only objects give
+    the spelling the model was trained on: chatsieve returns compact JSON, which a template that
+    echoes strings would show the model instead of its own `{"k": "v"}`, Gemma 4's
+    `{k:<|"|>v<|"|>}`, or gpt-oss' JSON without a second encoding. So a probe call is rendered with
+    each form, and strings are kept only where objects do not work: the template fails on an
+    object, drops it, or prints it as Python's `{'k': 'v'}` (DeepSeek V3, R1, Mistral). A call
+    counts as rendered only when its argument value appears; a template that renders a call only
+    when the message's content is null (DeepSeek V3, R1: `content is none`) gets null content.
+    If no shape renders the call, strings and "" content, as transformers passes them.
     """
-    def probe(args: Any) -> str | None:
+    def probe(args: Any, content: Any) -> str | None:
         messages = [
             {"role": "user", "content": "q"},
-            {"role": "assistant", "content": "", "tool_calls": [
+            {"role": "assistant", "content": content, "tool_calls": [
                 {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": "probe", "arguments": args}}]},
             {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": "probe", "content": "r"},
         ]
         try:
-            return _render(source, messages, _PROBE_TOOLS, None, True, {})
+            out = _render(source, messages, _PROBE_TOOLS, None, True, {"bos_token": "", "eos_token": ""})
         except PromptError:
             return None
+        return out if _PROBE_ARGS["k"] in out else None
 
-    as_string = probe('{"k": "v"}')
-    if as_string is not None and '\\"k\\"' not in as_string:
-        return False
-    return probe({"k": "v"}) is not None
+    as_string = json.dumps(_PROBE_ARGS)
+    for null in (False, True):
+        content = None if null else ""
+        as_object = probe(dict(_PROBE_ARGS), content)
+        if as_object is not None and repr(_PROBE_ARGS) not in as_object:
+            return _CallShape(objects=True, null_content=null)
+        if probe(as_string, content) is not None:
+            return _CallShape(objects=False, null_content=null)
+    return _CallShape(objects=False, null_content=False, renders=False)
 
 
 def _as_tokenizer(tokenizer: Any) -> Tokenizer:
@@ -338,6 +376,34 @@ def _render(source: str, messages: list, tools: Any, documents: Any, add_generat
         raise PromptError(f"chat template failed on this conversation: {type(e).__name__}: {e}") from e
 
 
+def load_chat_template(path: str | Path, format: str | None = None) -> str:
+    """A chat template file's text, checked: readable, valid Jinja, renders a one-message
+    conversation (with the family's tool handling when `format` is given). Raises PromptError."""
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PromptError(f"cannot read the chat template {str(path)!r}: {e}") from e
+    if not source.strip():
+        raise PromptError(f"the chat template {str(path)!r} is empty")
+    try:
+        _render_request(source, [{"role": "user", "content": "hi"}], None, None, True,
+                        {"bos_token": "", "eos_token": ""}, format)
+    except PromptError as e:
+        raise PromptError(f"the chat template {str(path)!r} does not render a conversation: {e}") from e
+    return source
+
+
+def _render_request(source: str, messages: list, tools: Any, documents: Any, add_generation_prompt: bool,
+                    variables: dict, format: str | None) -> str:
+    """`_render`, after writing in what the template cannot render of the tools (for a known family:
+    its documented tool prompt, results as user turns, calls as text; see chatsieve.tool_prompt)."""
+    if format is not None:
+        from .tool_prompt import adapt_conversation
+
+        messages = adapt_conversation(source, messages, tools, _format_spec(format))
+    return _render(source, messages, tools, documents, add_generation_prompt, variables)
+
+
 def _format_spec(format: str):
     from . import formats
 
@@ -351,8 +417,26 @@ def _is_gemma4(format: str | None) -> bool:
     return format is not None and (format.lower() in _GEMMA4_NAMES or _format_spec(format).name in _GEMMA4_NAMES)
 
 
+# Gemma 4's template opens no model turn after tool results (the model answers inside its own
+# turn, after `<tool_response|>`), but when the call message also had text it writes that text
+# after the results and closes the turn: the prompt then ends here, with no turn to answer in.
+_GEMMA4_TURN_END = "<turn|>\n"
+_GEMMA4_MODEL_TURN = "<|turn>model\n"
+
+
+def _gemma4_answer_turn(text: str, format: str | None, add_generation_prompt: bool,
+                        variables: Mapping[str, Any]) -> str:
+    """Open the model's turn where Gemma 4's template closed one and opened none: what the template
+    itself writes after any closed turn (`<|turn>model\n`, and the empty thought channel unless
+    thinking is on)."""
+    if not add_generation_prompt or not text.endswith(_GEMMA4_TURN_END) or not _is_gemma4(format):
+        return text
+    return text + _GEMMA4_MODEL_TURN + ("" if variables.get("enable_thinking") else GEMMA4_EMPTY_THOUGHT)
+
+
 def _drop_empty_thought(text: str, format: str | None, add_generation_prompt: bool,
                         keep_empty_thinking: bool, variables: Mapping[str, Any]) -> str:
+    text = _gemma4_answer_turn(text, format, add_generation_prompt, variables)
     if (keep_empty_thinking or not add_generation_prompt or variables.get("enable_thinking")
             or not _is_gemma4(format) or not text.endswith(GEMMA4_EMPTY_THOUGHT)):
         return text
@@ -372,7 +456,8 @@ def _check_tokenizer_controls(padding: Any, return_tensors: Any, tokenizer_kwarg
 def _prepare(messages, tokenizer, template, tools, documents, template_kwargs, request_variables=None):
     tok = _as_tokenizer(tokenizer) if tokenizer is not None else None
     source = _resolve_template(template, tok, tools)
-    msgs = _prepare_messages(messages, _wants_argument_objects(source))
+    shape = _call_shape(source)
+    msgs = _prepare_messages(messages, shape.objects, shape.null_content)
     if tools is not None and not all(isinstance(t, Mapping) for t in tools):
         raise PromptError("tools must be a list of OpenAI tool dicts ({'type': 'function', 'function': {...}})")
     tools_p = _plain(list(tools)) if tools is not None else None
@@ -407,7 +492,7 @@ def render_text(
     tok, source, msgs, tools_p, docs_p, variables, untrusted = _prepare(
         messages, tokenizer, template, tools, documents, template_kwargs)
     variables = {**variables, **untrusted}
-    text = _render(source, msgs, tools_p, docs_p, add_generation_prompt, variables)
+    text = _render_request(source, msgs, tools_p, docs_p, add_generation_prompt, variables, format)
     return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
 
@@ -862,7 +947,7 @@ def render_prompt(
     def finish(text: str) -> str:
         return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
-    text = finish(_render(source, msgs, tools_p, docs_p, add_generation_prompt, variables))
+    text = finish(_render_request(source, msgs, tools_p, docs_p, add_generation_prompt, variables, format))
     if token_limit is not None and not truncation:
         floor = _min_tokens(tok, text, token_limit)
         if floor > token_limit:
@@ -880,8 +965,8 @@ def render_prompt(
         marked_docs = _mark(docs_p, delims, mk, flag)
         marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
         if flag[0]:
-            marked = finish(_render(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
-                                    marked_vars))
+            marked = finish(_render_request(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
+                                            marked_vars, format))
             pos = _align(text, marked, mk)
             if pos is None:
                 raise PromptError(

@@ -89,13 +89,22 @@ def error(message: str, code: str, type: str = "invalid_request_error") -> bytes
     return json.dumps({"error": {"message": message, "type": type, "param": None, "code": code}}).encode()
 
 
+# (path, status, message, code) -> the refusal's body, in the shape of the protocol on that path
+ErrorShape = Callable[[str, int, str, str], bytes]
+
+
+def openai_shape(path: str, status: int, message: str, code: str) -> bytes:
+    return error(message, code)
+
+
 class SecurityMiddleware:
     """Checks each HTTP request against a `SecurityPolicy` before the app sees it."""
 
-    def __init__(self, app: ASGIApp, policy: SecurityPolicy,
+    def __init__(self, app: ASGIApp, policy: SecurityPolicy, error_shape: ErrorShape = openai_shape,
                  on_refusal: Callable[[str], None] | None = None) -> None:
         self.app = app
         self.policy = policy
+        self.error_shape = error_shape
         self.on_refusal = on_refusal  # told each refusal's error code (the metrics)
         for key in policy.api_keys:
             problem = key_problem(key)
@@ -138,11 +147,11 @@ class SecurityMiddleware:
         headers = _headers(scope)
         refusal = self._refuse(scope, headers)
         if refusal is not None:
-            status, body, extra = refusal
+            status, message, code, extra = refusal
             log.info("%s %s %s refused: %d %s", request_id, log_safe(scope["method"], 20), log_safe(scope["path"]),
-                     status, json.loads(body)["error"]["code"])
-            self._refused(json.loads(body)["error"]["code"])
-            await _respond(send_with_id, status, body, extra)
+                     status, code)
+            self._refused(code)
+            await _respond(send_with_id, status, self.error_shape(scope["path"], status, message, code), extra)
             return
         if scope["method"] in ("POST", "PUT", "PATCH"):
             try:
@@ -151,15 +160,15 @@ class SecurityMiddleware:
             except _TooLarge:
                 self._refused("request_too_large")
                 log.info("%s request body over %d bytes: 413", request_id, self.policy.max_body_bytes)
-                await _respond(send_with_id, 413, error(
-                    f"the request body is larger than {self.policy.max_body_bytes} bytes",
+                await _respond(send_with_id, 413, self.error_shape(
+                    scope["path"], 413, f"the request body is larger than {self.policy.max_body_bytes} bytes",
                     "request_too_large"), [(b"connection", b"close")])
                 return
             except TimeoutError:
                 self._refused("request_timeout")
                 log.info("%s request body not received within %gs: 408", request_id, self.policy.body_timeout)
-                await _respond(send_with_id, 408, error(
-                    f"the request body did not arrive within {self.policy.body_timeout:g} seconds",
+                await _respond(send_with_id, 408, self.error_shape(
+                    scope["path"], 408, f"the request body did not arrive within {self.policy.body_timeout:g} seconds",
                     "request_timeout"), [(b"connection", b"close")])
                 return
             if body is None:
@@ -171,38 +180,43 @@ class SecurityMiddleware:
         if self.on_refusal is not None:
             self.on_refusal(code)
 
-    def _refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, bytes, list] | None:
+    def _refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, str, list] | None:
+        """(status, message, code, extra headers) of a refusal, or None."""
         if self._hosts is not None:
             host = _hostname(headers.get(b"host", b"").decode("latin-1"))
             if host not in self._hosts:
-                return 400, error(
-                    f"the Host {host!r} is not one this server answers to (--allowed-hosts)",
-                    "host_not_allowed"), []
+                return 400, f"the Host {host!r} is not one this server answers to (--allowed-hosts)", \
+                    "host_not_allowed", []
         if self._keys and scope["path"] not in self.policy.open_paths:
-            if not self._key_ok(headers.get(b"authorization", b"")):
-                return 401, error(
-                    "invalid or missing API key: send the header 'Authorization: Bearer <key>'",
-                    "invalid_api_key"), [(b"www-authenticate", b"Bearer")]
+            if not self._key_ok(headers.get(b"authorization"), headers.get(b"x-api-key")):
+                return 401, "invalid or missing API key: send the header 'Authorization: Bearer <key>' " \
+                    "(or 'x-api-key: <key>')", "invalid_api_key", [(b"www-authenticate", b"Bearer")]
         if scope["method"] in ("POST", "PUT", "PATCH"):
             kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if kind != b"application/json":
-                return 415, error(
-                    "the request body must be JSON, sent with 'Content-Type: application/json'",
-                    "unsupported_media_type"), []
+                return 415, "the request body must be JSON, sent with 'Content-Type: application/json'", \
+                    "unsupported_media_type", []
             length = headers.get(b"content-length")
             if length is not None and length.strip().isdigit() and int(length) > self.policy.max_body_bytes:
-                return 413, error(
-                    f"the request body is larger than {self.policy.max_body_bytes} bytes",
-                    "request_too_large"), [(b"connection", b"close")]
+                return 413, f"the request body is larger than {self.policy.max_body_bytes} bytes", \
+                    "request_too_large", [(b"connection", b"close")]
         return None
 
-    def _key_ok(self, header: bytes) -> bool:
-        scheme, _, token = header.decode("latin-1").partition(" ")
-        given = hashlib.sha256(token.strip().encode("latin-1")).digest()
+    def _key_ok(self, authorization: bytes | None, x_api_key: bytes | None) -> bool:
+        """A valid key in `Authorization: Bearer KEY` or in Anthropic's `x-api-key: KEY`."""
+        candidates = []
+        if authorization is not None:
+            scheme, _, token = authorization.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer":
+                candidates.append(token.strip())
+        if x_api_key is not None:
+            candidates.append(x_api_key.decode("latin-1").strip())
         ok = False
-        for key in self._keys:  # no early exit: every key is compared
-            ok |= hmac.compare_digest(given, key)
-        return ok and scheme.lower() == "bearer"
+        for token in candidates:
+            given = hashlib.sha256(token.encode("latin-1")).digest()
+            for key in self._keys:  # no early exit: every key is compared
+                ok |= hmac.compare_digest(given, key)
+        return ok
 
 
 class _TooLarge(Exception):

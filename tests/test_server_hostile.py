@@ -433,3 +433,14 @@ def test_metrics_in_prometheus_format_behind_the_key(engine, tok):
     assert samples[("chatsieve_inter_token_latency_seconds_count", ())] > 0
     assert samples[("chatsieve_in_flight_generations", ())] == 0
     assert samples[("chatsieve_engine_errors_total", ())] == 0
+
+
+def test_the_json_call_list_fallback_is_bounded_too(server, monkeypatch):
+    # vLLM cannot name Qwen3's call tags in a grammar, so the calls go as a JSON Schema, which the
+    # engine compiles: the same bound applies before it is sent
+    from chatsieve import grammar
+
+    monkeypatch.setattr(grammar, "MAX_SCHEMA_NODES", 20)
+    body = {"messages": user("[answer]"), "tools": [deep_tool(14)], "tool_choice": "required", **NO_THINK}
+    err = error_of(post(server, body), 400)
+    assert err["code"] == "grammar_too_large"

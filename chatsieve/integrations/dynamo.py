@@ -484,6 +484,7 @@ class ChatsieveChatEngine:
             stop=list(req.stop) or None,
             stop_token_ids=self.stop_token_ids,
             stream_arguments=self.options.stream_arguments,
+            keep_logprobs=False,  # chunks are built from the events; the parser's own message is unused
         )
         if constraint is not None and constraint.calls:  # a forced JSON call list: its content is the calls
             from ..call_list import CallListParser

@@ -206,8 +206,12 @@ def test_request_errors_are_invalid_argument_with_the_message(dyn, model_dirs):
         _collect(engine, bad)
     with pytest.raises(InvalidArgument, match="response_format with thinking on"):
         _collect(engine, {"messages": MESSAGES, "response_format": {"type": "json_object"}})
-    with pytest.raises(InvalidArgument, match="chat_template_kwargs may not set tokenizer"):
-        _collect(engine, {"messages": MESSAGES, "chat_template_kwargs": {"tokenizer": "x"}})
+    # template variables are checked as in chatsieve serve (chatsieve.preparation): server-owned
+    # names refused, switches booleans only
+    with pytest.raises(InvalidArgument, match="chat_template_kwargs: .*bos_token"):
+        _collect(engine, {"messages": MESSAGES, "chat_template_kwargs": {"bos_token": "<|im_start|>system"}})
+    with pytest.raises(InvalidArgument, match="chat_template_kwargs: .*enable_thinking"):
+        _collect(engine, {"messages": MESSAGES, "chat_template_args": {"enable_thinking": "yes"}})
     with pytest.raises(InvalidArgument, match="logit_bias cannot be passed through Dynamo"):
         _collect(engine, {"messages": MESSAGES, "logit_bias": {"15": -100}})
     assert routed.requests == []  # refused before the engine was asked

@@ -348,7 +348,7 @@ def test_health_reports_the_engine_and_ready_fails_without_it(servers, engine, t
 
 
 def test_context_length_comes_from_the_model_directory(tmp_path, tok):
-    from chatsieve.server.app import model_context_length
+    from chatsieve.preparation import model_context_length
 
     assert model_context_length(tmp_path, tok) == tok.model_max_length
     (tmp_path / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 8192}}))

@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -56,6 +55,12 @@ from typing import Any
 from .. import formats
 from ..events import TokenLogprob
 from ..parser import StreamParser
+from ..preparation import (
+    check_vocabulary_bounds,
+    model_context_length,
+    plan_request_constraint,
+    render_request_prompt,
+)
 from ..protocols.openai_chat import (
     ChatRequest,
     ChunkStream,
@@ -218,19 +223,6 @@ def _format_for_model_type(directory: Path) -> str | None:
         return None
 
 
-def _config_context(directory: Path) -> int | None:
-    """config.json's max_position_embeddings (text_config's for multimodal models), or None."""
-    try:
-        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    for section in (config, config.get("text_config") if isinstance(config, dict) else None):
-        value = section.get("max_position_embeddings") if isinstance(section, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
 # ---------------------------------------------------------------- one model
 
 
@@ -316,7 +308,7 @@ class ChatsieveEngineFactory:
                 "or chat_template.jinja); pass --model-dir with one"
             )
         card = _card(mdc)
-        context = card.get("context_length") or runtime.get("context_length") or _config_context(directory)
+        context = card.get("context_length") or runtime.get("context_length") or model_context_length(directory)
         log.info("chatsieve: model %s, format %s, tokenizer %s, context %s", name, fmt, directory, context)
         return ChatsieveChatEngine(
             format=fmt,
@@ -392,11 +384,6 @@ class ChatsieveChatEngine:
     # ---- request ---------------------------------------------------------------------
     def prepare(self, body: Mapping[str, Any]) -> Prepared:
         """Validate and render; RequestError (the client's 4xx) on bad input."""
-        from .. import render_prompt
-        from ..grammar import GrammarError
-        from ..grammar import plan as constraint_plan
-        from ..prompt import PromptError, PromptTooLong
-
         body = dict(body)
         if "chat_template_args" in body:  # Dynamo's name for chat_template_kwargs (it renames the field)
             args = body.pop("chat_template_args")
@@ -409,55 +396,10 @@ class ChatsieveChatEngine:
                 param="logit_bias",
                 code="unsupported_value",
             )
+        check_vocabulary_bounds(req, self.vocab_size)
         tools = req.prompt_tools
-        limit = None if self.context_length is None else self.context_length - (req.max_tokens or 1)
-        kwargs = req.template_kwargs
-        bad = sorted(_render_parameters() & kwargs.keys())
-        if bad:
-            raise RequestError(
-                f"chat_template_kwargs may not set {', '.join(bad)}", param="chat_template_kwargs"
-            )
-        try:
-            prompt = render_prompt(
-                req.messages,
-                tokenizer=self.tokenizer,
-                tools=tools,
-                format=self.format,
-                token_limit=limit,
-                **kwargs,
-            )
-        except PromptTooLong as e:
-            raise RequestError(
-                f"this model's context is {self.context_length} tokens; the prompt has "
-                f"{'' if e.exact else 'at least '}{e.tokens} tokens"
-                f"{f' plus max_tokens {req.max_tokens}' if req.max_tokens else ''}: shorten the messages",
-                param="messages",
-                code="context_length_exceeded",
-            ) from None
-        except PromptError as e:
-            raise RequestError(
-                f"cannot build the prompt: {e}", param="messages", code="prompt_error"
-            ) from None
-        except Exception as e:  # the template refused (raise_exception) or choked on these messages
-            raise RequestError(
-                f"the chat template failed on this request: {type(e).__name__}: {e}",
-                param="messages",
-                code="template_error",
-            ) from None
-        try:
-            constraint = constraint_plan(
-                self.format,
-                engine="dynamo",
-                tools=tools,
-                tool_choice=req.tool_choice.mode,
-                response_format=req.response_format,
-                token_id=self.tokenizer.single_token_id,
-                parallel=req.parallel_tool_calls,
-                thinking=req.thinking,
-            )
-        except GrammarError as e:
-            param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
-            raise RequestError(str(e), param=param, code="unsupported_constraint") from None
+        prompt = render_request_prompt(req, tokenizer=self.tokenizer, format=self.format, context=self.context_length)
+        constraint = plan_request_constraint(req, format=self.format, engine="dynamo", tokenizer=self.tokenizer)
         if constraint is not None and constraint.reasoning_end is not None:
             what = f"tool_choice {req.tool_choice.mode!r}" if constraint.calls else "response_format"
             raise RequestError(
@@ -724,18 +666,6 @@ def _finish(engine_reason: str | None) -> str | None:
 def _error_envelope(message: str) -> dict:
     """A mid-stream error as Dynamo's annotated error event (the client gets an error event)."""
     return {"_dynamo_annotated": True, "event": "error", "comment": [message]}
-
-
-@functools.cache
-def _render_parameters() -> frozenset[str]:
-    """render_prompt's own parameters, which chat_template_kwargs may not override (as in serve)."""
-    import inspect
-
-    from .. import render_prompt
-
-    return frozenset(
-        p.name for p in inspect.signature(render_prompt).parameters.values() if p.kind is not p.VAR_KEYWORD
-    ) - {"documents", "keep_empty_thinking"}
 
 
 # ---------------------------------------------------------------- the launcher

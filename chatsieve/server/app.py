@@ -23,7 +23,6 @@ from typing import Any
 
 import anyio
 import httpx
-from jinja2 import TemplateError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -37,9 +36,13 @@ from starlette.types import Receive, Scope, Send
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.call_list import CallListParser
 from chatsieve.events import Event
-from chatsieve.grammar import GrammarError, GrammarTooLarge
-from chatsieve.grammar import plan as constraint_plan
-from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError, load_chat_template
+from chatsieve.preparation import (
+    check_vocabulary_bounds,
+    model_context_length,
+    plan_request_constraint,
+    render_request_prompt,
+)
+from chatsieve.prompt import load_chat_template
 from chatsieve.protocols.anthropic import ANTHROPIC
 from chatsieve.protocols.common import (
     ChatRequest,
@@ -137,26 +140,6 @@ class ServerConfig:
 
 
 # Where model directories state their context length (config.json; text_config for multimodal).
-_CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions", "n_ctx")
-
-
-def model_context_length(model_dir: Path, tokenizer: Any) -> int | None:
-    """The model's context in tokens: config.json's max_position_embeddings (or kin), else the
-    tokenizer's model_max_length; None if neither says."""
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = {}
-    for section in (config, config.get("text_config") if isinstance(config, dict) else None):
-        if isinstance(section, dict):
-            for key in _CONTEXT_KEYS:
-                value = section.get(key)
-                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                    return value
-    value = getattr(tokenizer, "model_max_length", None)
-    return value if isinstance(value, int) and value > 0 else None
-
-
 # A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
 # the renderings, encodings and copies it used are many times the request's size.
 TRIM_AFTER_TOKENS = 50_000
@@ -295,19 +278,6 @@ class ChatService:
 
     # ------------------------------------------------------------ one request
 
-    def _check_vocabulary_bounds(self, req: ChatRequest) -> None:
-        """Fields that name token ids or count tokens stay inside this model's vocabulary."""
-        bad = [i for i, _ in req.logit_bias if i >= self.vocab_size]
-        if bad:
-            raise RequestError(
-                f"'logit_bias' names token id {bad[0]}, outside this model's vocabulary (0..{self.vocab_size - 1})",
-                param="logit_bias",
-            )
-        if req.top_k is not None and req.top_k > self.vocab_size:
-            raise RequestError(
-                f"'top_k' must be at most the vocabulary size {self.vocab_size}, got {req.top_k}", param="top_k"
-            )
-
     async def prepare(self, req: ChatRequest) -> Generation:
         """Render the prompt and set up parser and backend request; RequestError on bad input.
 
@@ -341,70 +311,15 @@ class ChatService:
             self._preparing.release()
 
     def _prepare(self, req: ChatRequest) -> Generation:
-        self._check_vocabulary_bounds(req)
-        variables = dict(req.template_kwargs)
-        # render_prompt options a request may give (RAG documents, Gemma 4's empty thought)
-        documents = variables.pop("documents", None)
-        keep_empty = variables.pop("keep_empty_thinking", False)
-        if not isinstance(keep_empty, bool):
-            raise RequestError(
-                "chat_template_kwargs.keep_empty_thinking must be true or false", param="chat_template_kwargs"
-            )
+        check_vocabulary_bounds(req, self.vocab_size)
         tools = req.prompt_tools
         context = self.max_model_len
-        # room for the answer: max_tokens if given, else at least one token
-        limit = None if context is None else context - (req.max_tokens or 1)
-        try:
-            prompt = render_prompt(
-                req.messages,
-                tokenizer=self.tokenizer,
-                template=self.chat_template,
-                tools=tools,
-                documents=documents,
-                format=self.config.format,
-                token_limit=limit,
-                keep_empty_thinking=keep_empty,
-                request_variables=variables,
-            )
-        except PromptTooLong as e:
-            asked = f" plus max_tokens {req.max_tokens}" if req.max_tokens else ""
-            raise RequestError(
-                f"this model's context is {context} tokens; the prompt has "
-                f"{'' if e.exact else 'at least '}{e.tokens} tokens{asked}: shorten the messages"
-                + (" or lower max_tokens" if req.max_tokens else ""),
-                param="messages",
-                code="context_length_exceeded",
-            ) from None
-        except TemplateVariableError as e:
-            raise RequestError(
-                f"chat_template_kwargs: {e}", param="chat_template_kwargs", code="invalid_template_variable"
-            ) from None
-        except PromptError as e:
-            raise RequestError(
-                f"cannot build the prompt: {e}", param="messages", code="prompt_error"
-            ) from None
-        except (TemplateError, TypeError, KeyError, IndexError, AttributeError) as e:
-            # the template refused (raise_exception) or choked on this request's messages
-            raise RequestError(
-                f"the chat template failed on this request: {type(e).__name__}: {e}",
-                param="messages",
-                code="template_error",
-            ) from None
-        try:
-            constraint = constraint_plan(
-                self.config.format,
-                engine=self.config.backend_kind,
-                tools=tools,
-                tool_choice=req.tool_choice.mode,
-                response_format=req.response_format,
-                token_id=self.tokenizer.single_token_id,
-                parallel=req.parallel_tool_calls,
-                thinking=req.thinking,
-            )
-        except GrammarError as e:
-            param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
-            code = "grammar_too_large" if isinstance(e, GrammarTooLarge) else "unsupported_constraint"
-            raise RequestError(str(e), param=param, code=code) from None
+        prompt = render_request_prompt(
+            req, tokenizer=self.tokenizer, format=self.config.format, context=context, template=self.chat_template
+        )
+        constraint = plan_request_constraint(
+            req, format=self.config.format, engine=self.config.backend_kind, tokenizer=self.tokenizer
+        )
         parser = StreamParser(
             self.config.format,
             tools=tools,

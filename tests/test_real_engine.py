@@ -363,3 +363,29 @@ def test_the_server_refuses_a_tokenizer_that_does_not_match_the_engines_model(en
     start(models.model_path("gemma3"), "gemma3", models.tokenizer("gemma3"))  # found via /props: agrees
     with pytest.raises(ModelMismatch, match="refusing to serve.*vocabulary size differs"):
         start(models.model_path("qwen3"), "qwen3", models.tokenizer("qwen3"))
+
+
+def test_a_framework_tool_loop_with_a_forced_first_call(served):
+    """openai-agents with tool_choice "required": the forced call (Gemma 3's own call list, by
+    grammar), the tool's result back as Gemma 3's guide writes it (a user turn), a final answer."""
+    agents = pytest.importorskip("agents", reason="openai-agents: pip install -r requirements/frameworks-test.txt")
+    from openai import AsyncOpenAI
+
+    agents.set_tracing_disabled(True)
+    results = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        results.append(city)
+        return f"The weather in {city}: 18 degrees and sunny."
+
+    model = agents.OpenAIChatCompletionsModel(
+        model=MODEL, openai_client=AsyncOpenAI(base_url=served + "/v1", api_key="none", max_retries=0, timeout=120))
+    agent = agents.Agent(
+        name="weather", instructions="Answer the user's question.", model=model, tools=[get_weather],
+        model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=40,
+                                            extra_body={"seed": real_engine.SEED}))  # fmt: skip
+    result = agents.Runner.run_sync(agent, "What is the weather in Paris?", max_turns=4)
+    assert results, "the forced call never reached the tool"
+    assert isinstance(result.final_output, str) and result.final_output.strip()

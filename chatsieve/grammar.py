@@ -37,8 +37,18 @@ _UNSUPPORTED = (
 )  # fmt: skip
 
 
+# Bounds on one grammar: schema nodes expanded (a node reached again through anyOf, oneOf or a type
+# list costs one more, its subschemas are shared) and the GBNF's size; past them a GrammarError.
+MAX_SCHEMA_NODES = 20_000
+MAX_GRAMMAR_BYTES = 512 * 1024
+
+
 class GrammarError(ValueError):
     """A constraint this family, engine or schema cannot express."""
+
+
+class GrammarTooLarge(GrammarError):
+    """The tools' schemas would make a grammar past the size bounds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,11 +94,21 @@ class _Rules:
     def __init__(self) -> None:
         self.rules: dict[str, str] = {}
         self._by_body: dict[str, str] = {}
+        self.size = 0  # characters of the rule bodies so far
 
     def add(self, hint: str, body: str) -> str:
         if body in self._by_body:
             return self._by_body[body]
-        base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-").lower() or "r"
+        self.size += len(body) + len(hint) + 8
+        if self.size > MAX_GRAMMAR_BYTES:
+            raise GrammarTooLarge(
+                f"the tools' schemas make a grammar of more than {MAX_GRAMMAR_BYTES} bytes: "
+                "send fewer or smaller tool schemas"
+            )
+        # names from the schema path, cut to their last part: deep paths keep the grammar linear
+        base = re.sub(r"[^a-zA-Z0-9]+", "-", hint[-48:]).strip("-").lower() or "r"
+        if base[0].isdigit():
+            base = "r" + base
         name, k = base, 1
         while name in self.rules:
             k += 1
@@ -134,16 +154,40 @@ def _check_keywords(schema: Any, where: str) -> None:
 
 
 class ValueGrammar:
-    """JSON Schema -> GBNF for one value language."""
+    """JSON Schema -> GBNF for one value language.
+
+    Linear in the schema: each schema object is expanded once and its rule shared by every place
+    that reaches it (an object's properties under each `anyOf` option or `type` entry are the same
+    objects), and at most `MAX_SCHEMA_NODES` objects are expanded (`GrammarTooLarge`).
+    """
 
     def __init__(self, rules: _Rules, literals: _Literals) -> None:
         self.r = rules
         self.lit = literals
+        self._done: dict[int, str] = {}  # id(schema object) -> its rule
+        self._alive: list[Any] = []  # keeps those objects alive, so no id is reused meanwhile
+        self._expanded = 0
         for name, body in _PRIMITIVES.items():
             rules.rules.setdefault(name, body)
             rules._by_body.setdefault(body, name)
 
     def value(self, schema: Any, where: str) -> str:
+        if not isinstance(schema, Mapping):
+            return self._value(schema, where)
+        done = self._done.get(id(schema))
+        if done is not None:
+            return done
+        self._expanded += 1
+        if self._expanded > MAX_SCHEMA_NODES:
+            raise GrammarTooLarge(
+                f"the tools' schemas need more than {MAX_SCHEMA_NODES} schema expansions for a grammar "
+                "(anyOf, oneOf and type lists multiply them): send fewer or simpler tool schemas"
+            )
+        rule = self._done[id(schema)] = self._value(schema, where)
+        self._alive.append(schema)
+        return rule
+
+    def _value(self, schema: Any, where: str) -> str:
         if schema is True or schema == {} or schema is None:
             return self._any()
         if schema is False:

@@ -7,9 +7,13 @@ ordinary sub-word pieces, so the model never reads it as the control token.
 Isolation, precisely:
 
 * Scope: every string the caller supplies in `messages` (content, text parts, reasoning, tool
-  results, tool-call arguments, names), `tools` and `documents`, dict keys included (a tool
-  schema's property names come from third parties too) -- but not template variables
-  (`bos_token`, `enable_thinking`, ...). The template's own text keeps its ids.
+  results, tool-call arguments, names), `tools`, `documents` and `request_variables` (template
+  variables from a request, at any depth), dict keys included (a tool schema's property names
+  come from third parties too) -- but not the trusted template keywords (`enable_thinking=...`
+  passed by the program itself). The template's own text keeps its ids. Request variables may
+  not name a variable the renderer or the tokenizer owns (`bos_token`, `add_generation_prompt`,
+  the template helpers, ...), and the switches in `BOOLEAN_VARIABLES` must be booleans
+  (`TemplateVariableError`).
 * Delimiters: `markers` if given (exactly those); else the format's `delimiters`
   (`chatsieve.formats`) plus every control token of the tokenizer: each added token except
   whitespace runs (Gemma's "▁▁") and non-special HTML tags (Gemma's `<table>`, `<b>`), which
@@ -54,8 +58,20 @@ from typing import Any
 from .messages import MessageError, normalize_messages
 from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "PromptTooLong", "load_chat_template", "render_main",
-           "render_prompt", "render_text"]
+__all__ = [
+    "BOOLEAN_VARIABLES",
+    "GEMMA4_EMPTY_THOUGHT",
+    "Prompt",
+    "PromptError",
+    "PromptTooLong",
+    "TemplateVariableError",
+    "check_request_variables",
+    "load_chat_template",
+    "owned_variables",
+    "render_main",
+    "render_prompt",
+    "render_text",
+]
 
 # The Gemma 4 template ends a thinking-off generation prompt with this empty thought channel.
 GEMMA4_EMPTY_THOUGHT = "<|channel>thought\n<channel|>"
@@ -80,6 +96,71 @@ class PromptTooLong(PromptError):
         more = "" if exact else "at least "
         super().__init__(f"the prompt has {more}{tokens} tokens, more than the limit of {limit}")
         self.tokens, self.limit, self.exact = tokens, limit, exact
+
+
+class TemplateVariableError(PromptError):
+    """A request's template variable that may not be set, or not to this value (`name` says which)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+# Variables the renderer passes itself (or that steer the rendering, not the conversation): a
+# request may not set them. The tokenizer's special-token names and the template helpers are
+# added per tokenizer (`owned_variables`).
+_RENDERER_VARIABLES = frozenset({
+    "messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+    "add_special_tokens", "bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
+    "mask_token", "additional_special_tokens", "special_tokens_map",
+})
+
+# Switches templates test for truth: only true or false, so that the template and the parser
+# (which reads the thinking switches) agree on what was asked ("yes" is truthy to a template).
+BOOLEAN_VARIABLES = frozenset({
+    "enable_thinking", "thinking", "clear_thinking", "tools_in_user_message", "add_vision_id",
+    "keep_empty_thinking",
+})
+_THINKING_SWITCHES = ("enable_thinking", "thinking")
+
+
+def owned_variables(tok: Tokenizer | None) -> frozenset[str]:
+    """Template variable names a request may not set: the renderer's, the template helpers'
+    (`raise_exception`, `namespace`, ...), and the tokenizer's special tokens (`*_token(s)` keys of
+    its config, as transformers passes them)."""
+    from .jinja_env import template_globals
+
+    names = set(_RENDERER_VARIABLES) | template_globals()
+    if tok is not None:
+        names.update(k for k in tok.config if isinstance(k, str) and k.endswith(("_token", "_tokens")))
+    return frozenset(names)
+
+
+def check_request_variables(variables: Mapping[str, Any] | None, tok: Tokenizer | None = None) -> dict:
+    """`variables` from a request as plain data, or `TemplateVariableError`: a name the renderer or
+    the tokenizer owns, a switch in `BOOLEAN_VARIABLES` that is not true/false, or thinking
+    switches that contradict each other."""
+    if variables is None:
+        return {}
+    if not isinstance(variables, Mapping):
+        raise TemplateVariableError("", "template variables must be an object of names to values")
+    owned = owned_variables(tok)
+    out = {}
+    for name, value in variables.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TemplateVariableError(str(name), f"template variable names must be identifiers, got {name!r}")
+        if name in owned or name.startswith("_"):
+            raise TemplateVariableError(
+                name, f"the template variable {name!r} is set by the server, not by a request: remove it")
+        if name in BOOLEAN_VARIABLES and not isinstance(value, bool):
+            raise TemplateVariableError(name, f"the template variable {name!r} must be true or false, got {value!r}")
+        out[name] = _plain(value)
+    given = {out[k] for k in _THINKING_SWITCHES if k in out}
+    if len(given) > 1:
+        raise TemplateVariableError(
+            "thinking", "enable_thinking and thinking disagree (or reasoning_effort 'none' asked for no "
+            "thinking): give one value")
+    return out
 
 
 @dataclass(frozen=True)
@@ -371,7 +452,7 @@ def _check_tokenizer_controls(padding: Any, return_tensors: Any, tokenizer_kwarg
             )
 
 
-def _prepare(messages, tokenizer, template, tools, documents, template_kwargs):
+def _prepare(messages, tokenizer, template, tools, documents, template_kwargs, request_variables=None):
     tok = _as_tokenizer(tokenizer) if tokenizer is not None else None
     source = _resolve_template(template, tok, tools)
     shape = _call_shape(source)
@@ -383,7 +464,11 @@ def _prepare(messages, tokenizer, template, tools, documents, template_kwargs):
     if docs_p is not None and not all(isinstance(d, dict) for d in docs_p):
         raise PromptError("documents must be a list of dicts with 'title' and 'text' keys")
     variables = {**_special_tokens_map(tok), **_plain(template_kwargs)}
-    return tok, source, msgs, tools_p, docs_p, variables
+    untrusted = check_request_variables(request_variables, tok)
+    clash = sorted(untrusted.keys() & variables.keys())
+    if clash:
+        raise TemplateVariableError(clash[0], f"the template variable {clash[0]!r} is set by the server, not by a request")
+    return tok, source, msgs, tools_p, docs_p, variables, untrusted
 
 
 def render_text(
@@ -403,8 +488,9 @@ def render_text(
     `tokenizer` is optional here: it supplies the default template and `bos_token`/`eos_token`;
     without one pass `template=` (and those variables as keywords if the template uses them).
     """
-    tok, source, msgs, tools_p, docs_p, variables = _prepare(
+    tok, source, msgs, tools_p, docs_p, variables, untrusted = _prepare(
         messages, tokenizer, template, tools, documents, template_kwargs)
+    variables = {**variables, **untrusted}
     text = _render_request(source, msgs, tools_p, docs_p, add_generation_prompt, variables, format)
     return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
@@ -790,6 +876,7 @@ def render_prompt(
     return_tensors: Any = None,
     tokenizer_kwargs: Mapping[str, Any] | None = None,
     token_limit: int | None = None,
+    request_variables: Mapping[str, Any] | None = None,
     **template_kwargs: Any,
 ) -> Prompt:
     """Render `messages` with the chat template and tokenize it, isolating delimiters in content.
@@ -805,13 +892,17 @@ def render_prompt(
     model_max_length) on the tokenizer's truncation_side. `token_limit` (without truncation)
     raises `PromptTooLong` for a longer prompt, before tokenizing it when a cheap lower bound on
     its token count already exceeds the limit. Other keywords reach the template
-    (`enable_thinking=False`, ...). Raises `PromptError`.
+    (`enable_thinking=False`, ...) as they are: they are the program's own. `request_variables`
+    are template variables from an untrusted request (`chat_template_kwargs`): their strings are
+    isolated like message content, and `check_request_variables` refuses the names and values a
+    request may not set (`TemplateVariableError`). Raises `PromptError`.
     """
     _check_tokenizer_controls(padding, return_tensors, tokenizer_kwargs)
     if tokenizer is None:
         raise PromptError("render_prompt needs a tokenizer (use render_text for the text alone)")
-    tok, source, msgs, tools_p, docs_p, variables = _prepare(
-        messages, tokenizer, template, tools, documents, template_kwargs)
+    tok, source, msgs, tools_p, docs_p, trusted, untrusted = _prepare(
+        messages, tokenizer, template, tools, documents, template_kwargs, request_variables)
+    variables = {**trusted, **untrusted}
 
     def finish(text: str) -> str:
         return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
@@ -832,9 +923,10 @@ def render_prompt(
         marked_msgs = _mark(msgs, delims, mk, flag)
         marked_tools = _mark(tools_p, delims, mk, flag)
         marked_docs = _mark(docs_p, delims, mk, flag)
+        marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
         if flag[0]:
             marked = finish(_render_request(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
-                                            variables, format))
+                                            marked_vars, format))
             pos = _align(text, marked, mk)
             if pos is None:
                 raise PromptError(

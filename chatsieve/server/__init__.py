@@ -314,10 +314,10 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         app = create_app(config)
     except Exception as e:
         return fail(f"cannot load the tokenizer from {config.model_dir}: {e}")
-    if args.model_dir is None and not app.state.service.tokenizer.chat_template:
+    if args.model_dir is None and not args.chat_template and not app.state.service.tokenizer.chat_template:
         return fail(
-            f"the GGUF {args.gguf} carries no chat template (tokenizer.chat_template): give --model-dir "
-            "with the model's tokenizer and chat_template.jinja instead"
+            f"the GGUF {args.gguf} carries no chat template (tokenizer.chat_template): give --chat-template "
+            "PATH, or --model-dir with the model's tokenizer and chat_template.jinja instead"
         )
     if args.gguf and args.model_dir:  # checked here too, so a mismatch is one clear line before uvicorn starts
         from chatsieve.server.model_check import ModelMismatch, check_model

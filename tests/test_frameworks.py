@@ -11,10 +11,13 @@ versions: requirements/frameworks-test.txt.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import importlib
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from fake_engines import FakeEngine, Script, ServerThread
@@ -23,16 +26,69 @@ from test_server_agent_loop import FAMILIES, _tokenizer
 from chatsieve.server.app import ServerConfig, create_app
 
 
-def _framework(module: str):
-    """The framework, or skip with the reason -- except under CI, where .ci/run installs them."""
+def _missing(module: str, e: Exception):
+    """Skip with the reason -- except under CI, where .ci/run installs the frameworks."""
+    reason = f"{module} is a test dependency ({e}): pip install -r requirements/frameworks-test.txt"
     if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"{module} is a test dependency: pip install -r "
-                               "requirements/frameworks-test.txt")
+        pytest.fail(reason)
+    pytest.skip(reason)
 
 
-agents = _framework("agents")
-pydantic_ai = _framework("pydantic_ai")
+_OPENAI_AGENTS: dict[str, object] = {}  # openai-agents' modules, once loaded
+
+
+def _is_agents(name: str) -> bool:
+    return name == "agents" or name.startswith("agents.")
+
+
+def _exit_hook() -> None:
+    sys.modules.update(_OPENAI_AGENTS)
+    shutdown = getattr(_OPENAI_AGENTS.get("agents.tracing.setup"), "_shutdown_global_trace_provider", None)
+    if shutdown is not None:
+        shutdown()
+
+
+@contextlib.contextmanager
+def openai_agents():
+    """openai-agents' `agents` package, in sys.modules only inside the block.
+
+    tests/agents.py (the coding-agent finder) has the same module name and sits first on the
+    path, so the package is imported with the tests directory off the path, and the two swap
+    places for the block (openai-agents imports parts of itself lazily, by its name)."""
+    theirs = {k: v for k, v in sys.modules.items() if _is_agents(k)}
+    for k in theirs:
+        del sys.modules[k]
+    try:
+        if _OPENAI_AGENTS:
+            sys.modules.update(_OPENAI_AGENTS)
+        else:
+            here = Path(__file__).resolve().parent
+            saved_path = sys.path[:]
+            sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+            try:
+                importlib.import_module("agents.run")
+            except ImportError as e:
+                _missing("openai-agents", e)
+            finally:
+                sys.path[:] = saved_path
+        yield sys.modules["agents"]
+    finally:
+        _OPENAI_AGENTS.update({k: v for k, v in sys.modules.items() if _is_agents(k)})
+        # its exit hook imports parts of it by name: it runs with the package swapped back in
+        shutdown = getattr(sys.modules.get("agents.tracing.setup"), "_shutdown_global_trace_provider", None)
+        if shutdown is not None:
+            atexit.unregister(shutdown)
+        atexit.unregister(_exit_hook)
+        atexit.register(_exit_hook)
+        for k in [k for k in sys.modules if _is_agents(k)]:
+            del sys.modules[k]
+        sys.modules.update(theirs)
+
+
+try:
+    import pydantic_ai  # noqa: F401
+except ImportError as e:
+    _missing("pydantic-ai", e)
 from pydantic import BaseModel  # noqa: E402
 
 MODEL = "fw-model"
@@ -138,25 +194,23 @@ def _get_weather_tool():
 # ---------------------------------------------------------------- openai-agents
 
 
-def _agents_model(url: str):
-    from agents import OpenAIChatCompletionsModel, set_tracing_disabled
+def _agents_model(agents, url: str):
     from openai import AsyncOpenAI
 
-    set_tracing_disabled(True)
-    return OpenAIChatCompletionsModel(model=MODEL, openai_client=AsyncOpenAI(base_url=url, api_key="x", max_retries=0))
+    agents.set_tracing_disabled(True)
+    return agents.OpenAIChatCompletionsModel(
+        model=MODEL, openai_client=AsyncOpenAI(base_url=url, api_key="x", max_retries=0))
 
 
 @pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
 def test_openai_agents_tool_loop(family, engine_kind, tmp_path):
-    from agents import Agent, Runner, function_tool
-
     turns = [Turn("[agents-loop]", "I need the weather tool.", _own_call(family, "get_weather", {"city": "Paris"}),
                   None, "free"),
              Turn(RESULT, "The tool answered.", _own_answer(family, ANSWER_TEXT), None, "free", 1)]
-    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
-        agent = Agent(name="w", instructions="Be brief.", model=_agents_model(url),
-                      tools=[function_tool(_get_weather_tool())])
-        result = Runner.run_sync(agent, "[agents-loop] What is the weather in Paris?")
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine), openai_agents() as agents:
+        agent = agents.Agent(name="w", instructions="Be brief.", model=_agents_model(agents, url),
+                             tools=[agents.function_tool(_get_weather_tool())])
+        result = agents.Runner.run_sync(agent, "[agents-loop] What is the weather in Paris?")
         assert result.final_output == ANSWER_TEXT
         # the second request carried the call the model made and the tool's result
         assert len(engine.requests) == 2
@@ -168,24 +222,22 @@ def test_openai_agents_tool_loop(family, engine_kind, tmp_path):
 def test_openai_agents_output_type_with_tools(family, engine_kind, tmp_path):
     """output_type with a tool: response_format json_schema and tools together; the model calls the
     tool first, then answers in the schema (thinking on for qwen3 and gpt_oss)."""
-    from agents import Agent, Runner, function_tool
-
     how = _how(family, engine_kind, own_grammar=family == "qwen3")
     turns = [Turn("[agents-typed]", "First the tool.", _own_call(family, "get_weather", {"city": "Paris"}),
                   json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]), how),
              Turn(RESULT, "Now the typed answer.", json.dumps(WEATHER_JSON) + _END[family],
                   json.dumps(WEATHER_JSON), how, 1)]
-    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
-        agent = Agent(name="w", instructions="Be brief.", model=_agents_model(url),
-                      tools=[function_tool(_get_weather_tool())], output_type=Weather)
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine), openai_agents() as agents:
+        agent = agents.Agent(name="w", instructions="Be brief.", model=_agents_model(agents, url),
+                             tools=[agents.function_tool(_get_weather_tool())], output_type=Weather)
         if family == "gpt_oss" and engine_kind == "llamacpp":
             # llama.cpp can neither stop at gpt-oss' <|end|> nor name its channels: a clear 400
             from openai import BadRequestError
 
             with pytest.raises(BadRequestError, match="thinking on"):
-                Runner.run_sync(agent, "[agents-typed] Weather in Paris?")
+                agents.Runner.run_sync(agent, "[agents-typed] Weather in Paris?")
             return
-        result = Runner.run_sync(agent, "[agents-typed] Weather in Paris?")
+        result = agents.Runner.run_sync(agent, "[agents-typed] Weather in Paris?")
         assert result.final_output == Weather(**WEATHER_JSON)
         assert any(RESULT in engine.decode(r[1]["prompt"]) for r in engine.requests)
 

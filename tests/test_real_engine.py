@@ -371,9 +371,14 @@ def test_the_server_refuses_a_tokenizer_that_does_not_match_the_engines_model(en
 def test_a_framework_tool_loop_with_a_forced_first_call(served):
     """openai-agents with tool_choice "required": the forced call (Gemma 3's own call list, by
     grammar), the tool's result back as Gemma 3's guide writes it (a user turn), a final answer."""
-    agents = pytest.importorskip("agents", reason="openai-agents: pip install -r requirements/frameworks-test.txt")
     from openai import AsyncOpenAI
+    from test_frameworks import openai_agents
 
+    with openai_agents() as agents:
+        _forced_first_call_loop(agents, served, AsyncOpenAI)
+
+
+def _forced_first_call_loop(agents, served, AsyncOpenAI):
     agents.set_tracing_disabled(True)
     results = []
 

@@ -1,6 +1,7 @@
 """Agent frameworks against the real server: openai-agents and pydantic-ai run a tool loop and
-structured output (with tools, forced calls, thinking on) for qwen3, gemma4 and gpt_oss, on the
-vLLM and llama.cpp protocols, with no framework-side workaround.
+structured output (with tools, forced calls, thinking on), langchain-openai its two structured
+output methods, for qwen3, gemma4 and gpt_oss, on the vLLM and llama.cpp protocols, with no
+framework-side workaround.
 
 The fake engine replays what the model would write and honours the constraint it is sent
 (`Script.constrained`: a request without the constraint, or whose output it forbids, is
@@ -294,3 +295,41 @@ def test_pydantic_ai_native_output(family, engine_kind, tmp_path):
         agent = Agent(_pydantic_model(url), output_type=NativeOutput(Weather))
         result = _run(agent, "[pai-native] Weather in Paris as JSON")
         assert result.output == Weather(**WEATHER_JSON)
+
+
+# ---------------------------------------------------------------- langchain-openai
+
+
+def _langchain(url: str):
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError as e:
+        _missing("langchain-openai", e)
+    return ChatOpenAI(model=MODEL, base_url=url, api_key="x", max_retries=0, temperature=0)
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_langchain_structured_output_by_function_calling(family, engine_kind, tmp_path):
+    """with_structured_output(method="function_calling"): a named tool_choice, the forced call."""
+    how = _how(family, engine_kind, own_grammar=family == "qwen3")
+    turns = [Turn("[lc-fn]", "The schema is a tool to call.", _own_call(family, "Weather", WEATHER_JSON),
+                  json.dumps([{"name": "Weather", "arguments": WEATHER_JSON}]), how)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        llm = _langchain(url).with_structured_output(Weather, method="function_calling")
+        if family == "gpt_oss" and engine_kind == "llamacpp":
+            with pytest.raises(Exception, match="thinking on"):
+                llm.invoke("[lc-fn] Weather in Paris?")
+            return
+        assert llm.invoke("[lc-fn] Weather in Paris?") == Weather(**WEATHER_JSON)
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_langchain_structured_output_by_json_schema(family, engine_kind, tmp_path):
+    """with_structured_output(method="json_schema"): response_format, thinking on by default."""
+    how = _how(family, engine_kind, own_grammar=True)
+    if family == "gpt_oss" and engine_kind == "llamacpp":
+        how = "json"
+    turns = [Turn("[lc-json]", "JSON it is.", json.dumps(WEATHER_JSON) + _END[family], json.dumps(WEATHER_JSON), how)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        llm = _langchain(url).with_structured_output(Weather, method="json_schema")
+        assert llm.invoke("[lc-json] Weather in Paris as JSON") == Weather(**WEATHER_JSON)

@@ -153,7 +153,7 @@ class Turn:
         # two phases: the reasoning up to its end token, then the JSON from a prompt that holds it
         end = "</think>" if family == "qwen3" else "<|end|>"
         first = think[: think.index(end) + len(end)]
-        return {self.key: Script(tok.encode(first), batch=3),
+        return {self.key: Script(tok.encode(first), batch=3, unconstrained=True),
                 self.reasoning: Script(tok.encode(self.json + _END[family]), batch=3, constrained=True)}
 
 

@@ -79,7 +79,7 @@ def server(request, tmp_path_factory):
         if think is None:
             scripts[key] = Script(ids, batch=2, constrained=True)
         else:  # phase 1 plays the reasoning; phase 2's prompt holds it, and plays the answer
-            scripts[key] = Script(tok.encode(think), batch=2)
+            scripts[key] = Script(tok.encode(think), batch=2, unconstrained=True)
             scripts[REASONING[key]] = Script(ids, batch=2, constrained=True)
     engine = FakeEngine(tok.decode, scripts)
     with contextlib.ExitStack() as stack:

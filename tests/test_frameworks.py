@@ -159,7 +159,7 @@ class Turn:
 
 def _how(family: str, engine: str, own_grammar: bool) -> str:
     """The path a constrained turn takes (README "Forced calls and structured output")."""
-    if family == "gemma4":
+    if family in ("gemma4", "gpt_oss"):  # gpt-oss: the constraint covers the whole output (README)
         return "json"
     if engine == "llamacpp":
         return "grammar" if own_grammar else "json"
@@ -222,7 +222,7 @@ def test_openai_agents_tool_loop(family, engine_kind, tmp_path):
 @pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
 def test_openai_agents_output_type_with_tools(family, engine_kind, tmp_path):
     """output_type with a tool: response_format json_schema and tools together; the model calls the
-    tool first, then answers in the schema (thinking on for qwen3 and gpt_oss)."""
+    tool first, then answers in the schema (thinking on for qwen3)."""
     how = _how(family, engine_kind, own_grammar=family == "qwen3")
     turns = [Turn("[agents-typed]", "First the tool.", _own_call(family, "get_weather", {"city": "Paris"}),
                   json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]), how),
@@ -231,13 +231,6 @@ def test_openai_agents_output_type_with_tools(family, engine_kind, tmp_path):
     with _server(family, engine_kind, turns, tmp_path) as (url, engine), openai_agents() as agents:
         agent = agents.Agent(name="w", instructions="Be brief.", model=_agents_model(agents, url),
                              tools=[agents.function_tool(_get_weather_tool())], output_type=Weather)
-        if family == "gpt_oss" and engine_kind == "llamacpp":
-            # llama.cpp can neither stop at gpt-oss' <|end|> nor name its channels: a clear 400
-            from openai import BadRequestError
-
-            with pytest.raises(BadRequestError, match="thinking on"):
-                agents.Runner.run_sync(agent, "[agents-typed] Weather in Paris?")
-            return
         result = agents.Runner.run_sync(agent, "[agents-typed] Weather in Paris?")
         assert result.final_output == Weather(**WEATHER_JSON)
         assert any(RESULT in engine.decode(r[1]["prompt"]) for r in engine.requests)
@@ -271,10 +264,6 @@ def test_pydantic_ai_tool_output_is_a_forced_call(family, engine_kind, tmp_path)
                   json.dumps([{"name": "final_result", "arguments": final}]), how, 1)]
     with _server(family, engine_kind, turns, tmp_path) as (url, engine):
         agent = Agent(_pydantic_model(url), output_type=Weather, tools=[_get_weather_tool()])
-        if family == "gpt_oss" and engine_kind == "llamacpp":
-            with pytest.raises(Exception, match="thinking on"):
-                _run(agent, "[pai-loop] Weather in Paris?")
-            return
         result = _run(agent, "[pai-loop] Weather in Paris?")
         assert result.output == Weather(**final)
         sent = [r[1] for r in engine.requests]
@@ -287,8 +276,6 @@ def test_pydantic_ai_native_output(family, engine_kind, tmp_path):
     from pydantic_ai import Agent, NativeOutput
 
     how = _how(family, engine_kind, own_grammar=True)
-    if family == "gpt_oss" and engine_kind == "llamacpp":
-        how = "json"  # gpt-oss on llama.cpp: the schema constrains the whole output
     turns = [Turn("[pai-native]", "A JSON answer is wanted.", json.dumps(WEATHER_JSON) + _END[family],
                   json.dumps(WEATHER_JSON), how)]
     with _server(family, engine_kind, turns, tmp_path) as (url, engine):
@@ -316,10 +303,6 @@ def test_langchain_structured_output_by_function_calling(family, engine_kind, tm
                   json.dumps([{"name": "Weather", "arguments": WEATHER_JSON}]), how)]
     with _server(family, engine_kind, turns, tmp_path) as (url, engine):
         llm = _langchain(url).with_structured_output(Weather, method="function_calling")
-        if family == "gpt_oss" and engine_kind == "llamacpp":
-            with pytest.raises(Exception, match="thinking on"):
-                llm.invoke("[lc-fn] Weather in Paris?")
-            return
         assert llm.invoke("[lc-fn] Weather in Paris?") == Weather(**WEATHER_JSON)
 
 
@@ -327,8 +310,6 @@ def test_langchain_structured_output_by_function_calling(family, engine_kind, tm
 def test_langchain_structured_output_by_json_schema(family, engine_kind, tmp_path):
     """with_structured_output(method="json_schema"): response_format, thinking on by default."""
     how = _how(family, engine_kind, own_grammar=True)
-    if family == "gpt_oss" and engine_kind == "llamacpp":
-        how = "json"
     turns = [Turn("[lc-json]", "JSON it is.", json.dumps(WEATHER_JSON) + _END[family], json.dumps(WEATHER_JSON), how)]
     with _server(family, engine_kind, turns, tmp_path) as (url, engine):
         llm = _langchain(url).with_structured_output(Weather, method="json_schema")

@@ -24,7 +24,7 @@ import models
 import openai
 import pytest
 import real_engine
-from fake_engines import ServerThread
+from fake_engines import ServerThread, serve_process
 
 import chatsieve
 from chatsieve.server.app import ServerConfig, create_app
@@ -397,3 +397,26 @@ def _forced_first_call_loop(agents, served, AsyncOpenAI):
     result = agents.Runner.run_sync(agent, "What is the weather in Paris?", max_turns=4)
     assert results, "the forced call never reached the tool"
     assert isinstance(result.final_output, str) and result.final_output.strip()
+
+
+# ---------------------------------------------------------------- the GGUF as the tokenizer
+
+
+@pytest.mark.parametrize("how", ["--gguf", "/props"])
+def test_serve_with_the_engines_gguf_as_the_tokenizer(engine, served, tok, tmp_path, how):
+    """`chatsieve serve` with no tokenizer directory: the vocabulary of the GGUF llama-server
+    runs (given with --gguf, or named by its /props). This GGUF carries no chat template, so
+    Gemma 3's is given; the prompt is the one the tokenizer.json server sends (its token
+    count: llama-server's prompt cache may change a greedy answer between requests)."""
+    template = tmp_path / "gemma3.jinja"
+    template.write_text(tok.chat_template, encoding="utf-8")
+    args = ["--format", "gemma3", "--backend", engine.url, "--backend-kind", "llamacpp",
+            "--chat-template", str(template), "--served-model-name", MODEL, "--log-level", "warning"]  # fmt: skip
+    if how == "--gguf":
+        args += ["--gguf", str(real_engine.gguf_path())]
+    ask = {"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24}
+    want = chat(served, stream=False, **ask)
+    with serve_process(*args, timeout=120) as (_, _, url):
+        got = chat(url, stream=False, **ask)
+    assert got["content"] and got["finish"] in ("stop", "length")
+    assert got["usage"][0] == want["usage"][0] and got["usage"][1] > 0

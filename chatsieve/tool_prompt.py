@@ -51,8 +51,10 @@ def template_support(source: str) -> TemplateSupport:
             return None
 
     user = [{"role": "user", "content": "q"}]
-    with_tools, without = render(user, _PROBE_TOOLS), render(user, None)
-    tools = with_tools is None or without is None or with_tools != without
+    tools = False
+    for conversation in (user, [{"role": "system", "content": "s"}, *user]):  # some render tools in a system turn
+        with_tools, without = render(conversation, _PROBE_TOOLS), render(conversation, None)
+        tools = tools or with_tools is None or without is None or with_tools != without
     shape = _call_shape(source)
     call = {"id": _PROBE_ID, "type": "function",
             "function": {"name": "probe_tool", "arguments": {"k": "v"} if shape.objects else '{"k": "v"}'}}

@@ -43,6 +43,7 @@ class Script:
     # token) does not satisfy -- so a forced call or schema that never reaches the engine fails.
     constrained: bool = False
     constraint_tail: int = 1
+    unconstrained: bool = False  # refuse a request that carries a constraint (a first, free phase)
 
 
 def fake_logprob(token_id: int) -> float:
@@ -136,6 +137,9 @@ class FakeEngine:
 
     def _check_constraint(self, path: str, payload: dict, script: Script) -> str | None:
         """Why the engine would refuse this constrained script, or None."""
+        if script.unconstrained:
+            kind, _ = payload_constraint(path, payload)
+            return None if kind is None else f"the script must run unconstrained, the request carries a {kind}"
         if not script.constrained:
             return None
         kind, value = payload_constraint(path, payload)

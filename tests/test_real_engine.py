@@ -336,11 +336,14 @@ def test_every_call_grammar_compiles_in_llama_cpp(engine, fmt):
     assert r.status_code == 200, r.text
 
 
-def test_what_a_grammar_cannot_express_is_a_400(served):
-    bad = {"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": {"pattern": "x+"}}}}}
-    with pytest.raises(openai.BadRequestError) as info:
-        client(served).chat.completions.create(model=MODEL, messages=SEA, tools=[bad], tool_choice="required")
-    assert info.value.body["param"] == "tool_choice" and "'pattern'" in info.value.body["message"]
+def test_a_schema_the_call_grammar_cannot_express_goes_as_a_json_call_list(served):
+    # `pattern` is beyond chatsieve's GBNF builder: the forced call goes to llama.cpp as a JSON
+    # Schema for a list of calls (its own converter enforces the pattern) and comes back as the call
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^x+$"}}, "required": ["a"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    got = chat(served, stream=False, messages=SEA, tools=[tool], tool_choice="required", max_tokens=40)
+    assert got["finish"] == "tool_calls" and [n for n, _ in got["calls"]] == ["f"], got
+    jsonschema.validate(json.loads(got["calls"][0][1]), schema)
 
 
 # ---------------------------------------------------------------- model and tokenizer must agree
@@ -363,6 +366,37 @@ def test_the_server_refuses_a_tokenizer_that_does_not_match_the_engines_model(en
     start(models.model_path("gemma3"), "gemma3", models.tokenizer("gemma3"))  # found via /props: agrees
     with pytest.raises(ModelMismatch, match="refusing to serve.*vocabulary size differs"):
         start(models.model_path("qwen3"), "qwen3", models.tokenizer("qwen3"))
+
+
+def test_a_framework_tool_loop_with_a_forced_first_call(served):
+    """openai-agents with tool_choice "required": the forced call (Gemma 3's own call list, by
+    grammar), the tool's result back as Gemma 3's guide writes it (a user turn), a final answer."""
+    from openai import AsyncOpenAI
+    from test_frameworks import openai_agents
+
+    with openai_agents() as agents:
+        _forced_first_call_loop(agents, served, AsyncOpenAI)
+
+
+def _forced_first_call_loop(agents, served, AsyncOpenAI):
+    agents.set_tracing_disabled(True)
+    results = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        results.append(city)
+        return f"The weather in {city}: 18 degrees and sunny."
+
+    model = agents.OpenAIChatCompletionsModel(
+        model=MODEL, openai_client=AsyncOpenAI(base_url=served + "/v1", api_key="none", max_retries=0, timeout=120))
+    agent = agents.Agent(
+        name="weather", instructions="Answer the user's question.", model=model, tools=[get_weather],
+        model_settings=agents.ModelSettings(tool_choice="required", temperature=0, max_tokens=40,
+                                            extra_body={"seed": real_engine.SEED}))  # fmt: skip
+    result = agents.Runner.run_sync(agent, "What is the weather in Paris?", max_turns=4)
+    assert results, "the forced call never reached the tool"
+    assert isinstance(result.final_output, str) and result.final_output.strip()
 
 
 # ---------------------------------------------------------------- the GGUF as the tokenizer

@@ -52,7 +52,7 @@ def _forced(family: str, engine: str, key: str = "[forced]") -> tuple[str | None
     if family == "qwen3" and engine == "llamacpp":  # its own syntax, reasoning and all, in one grammar
         return None, (f"{_think('qwen3', key)}\n\n<tool_call>\n" + '{"name": "get_weather", "arguments": {"city": "Paris"}}'
                       "\n</tool_call><|im_end|>")
-    if family == "gemma4":
+    if family in ("gemma4", "gpt_oss"):  # gpt-oss: the constraint covers the whole output (README)
         return None, CALL_LIST + _END[family]
     return _think(family, key), CALL_LIST + _END[family]
 
@@ -60,7 +60,7 @@ def _forced(family: str, engine: str, key: str = "[forced]") -> tuple[str | None
 def _structured(family: str, engine: str, key: str = "[schema]") -> tuple[str | None, str]:
     if family == "qwen3" and engine == "llamacpp":
         return None, f"{_think('qwen3', key)}\n\n{ANSWER}<|im_end|>"
-    if family == "gemma4" or (family == "gpt_oss" and engine == "llamacpp"):
+    if family in ("gemma4", "gpt_oss"):
         return None, ANSWER + _END[family]
     return _think(family, key), ANSWER + _END[family]
 
@@ -79,7 +79,7 @@ def server(request, tmp_path_factory):
         if think is None:
             scripts[key] = Script(ids, batch=2, constrained=True)
         else:  # phase 1 plays the reasoning; phase 2's prompt holds it, and plays the answer
-            scripts[key] = Script(tok.encode(think), batch=2)
+            scripts[key] = Script(tok.encode(think), batch=2, unconstrained=True)
             scripts[REASONING[key]] = Script(ids, batch=2, constrained=True)
     engine = FakeEngine(tok.decode, scripts)
     with contextlib.ExitStack() as stack:
@@ -110,7 +110,7 @@ def _collect(stream) -> tuple[str, str, list[dict], dict | None]:
 
 
 def _gpt_oss_llamacpp(family, engine_kind):
-    return family == "gpt_oss" and engine_kind == "llamacpp"
+    return False  # every engine serves gpt-oss' constraints (over its whole output)
 
 
 @pytest.mark.parametrize("choice", ["required", "named"])
@@ -139,8 +139,8 @@ def test_forced_call(server, choice, stream):
     assert [(x["name"], json.loads(x["arguments"])) for x in calls] == [("get_weather", {"city": "Paris"})]
     assert content == ""
     sent = engine.requests[before:]
-    if family == "gemma4" or engine_kind == "llamacpp":
-        assert len(sent) == 1 and reasoning == ("" if family == "gemma4" else REASONING["[forced]"])
+    if family in ("gemma4", "gpt_oss") or engine_kind == "llamacpp":
+        assert len(sent) == 1 and reasoning == ("" if family in ("gemma4", "gpt_oss") else REASONING["[forced]"])
     else:  # two phases: the reasoning unconstrained, then the call list; usage counts both
         assert len(sent) == 2 and reasoning == REASONING["[forced]"]
         think, out = _forced(family, engine_kind)
@@ -190,4 +190,4 @@ def test_tools_with_response_format_give_the_calls_or_the_constrained_answer(ser
         assert content == ""
     else:
         assert not calls and json.loads(content) == json.loads(ANSWER)
-    assert reasoning == ("" if family == "gemma4" else REASONING[key])
+    assert reasoning == ("" if family in ("gemma4", "gpt_oss") else REASONING[key])

@@ -1,0 +1,316 @@
+"""Agent frameworks against the real server: openai-agents and pydantic-ai run a tool loop and
+structured output (with tools, forced calls, thinking on), langchain-openai its two structured
+output methods, for qwen3, gemma4 and gpt_oss, on the vLLM and llama.cpp protocols, with no
+framework-side workaround.
+
+The fake engine replays what the model would write and honours the constraint it is sent
+(`Script.constrained`: a request without the constraint, or whose output it forbids, is
+refused), so a forced call or a schema that does not reach the engine fails the test. Pinned
+versions: requirements/frameworks-test.txt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from fake_engines import FakeEngine, Script, ServerThread
+from test_server_agent_loop import FAMILIES, _tokenizer
+
+from chatsieve.server.app import ServerConfig, create_app
+
+
+def _missing(module: str, e: Exception):
+    """Skip with the reason -- except under CI, where .ci/run installs the frameworks."""
+    reason = f"{module} is a test dependency ({e}): pip install -r requirements/frameworks-test.txt"
+    if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+_OPENAI_AGENTS: dict[str, object] = {}  # openai-agents' modules, once loaded
+
+
+def _is_agents(name: str) -> bool:
+    return name == "agents" or name.startswith("agents.")
+
+
+def _exit_hook() -> None:
+    sys.modules.update(_OPENAI_AGENTS)
+    shutdown = getattr(_OPENAI_AGENTS.get("agents.tracing.setup"), "_shutdown_global_trace_provider", None)
+    if shutdown is not None:
+        shutdown()
+
+
+@contextlib.contextmanager
+def openai_agents():
+    """openai-agents' `agents` package, in sys.modules only inside the block.
+
+    tests/agents.py (the coding-agent finder) has the same module name and sits first on the
+    path, so the package is imported with the tests directory off the path, and the two swap
+    places for the block (openai-agents imports parts of itself lazily, by its name)."""
+    theirs = {k: v for k, v in sys.modules.items() if _is_agents(k)}
+    for k in theirs:
+        del sys.modules[k]
+    try:
+        if _OPENAI_AGENTS:
+            sys.modules.update(_OPENAI_AGENTS)
+        else:
+            here = Path(__file__).resolve().parent
+            saved_path = sys.path[:]
+            sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
+            try:
+                importlib.import_module("agents.run")
+            except ImportError as e:
+                _missing("openai-agents", e)
+            finally:
+                sys.path[:] = saved_path
+        yield sys.modules["agents"]
+    finally:
+        _OPENAI_AGENTS.update({k: v for k, v in sys.modules.items() if _is_agents(k)})
+        # its exit hook imports parts of it by name: it runs with the package swapped back in
+        shutdown = getattr(sys.modules.get("agents.tracing.setup"), "_shutdown_global_trace_provider", None)
+        if shutdown is not None:
+            atexit.unregister(shutdown)
+        atexit.unregister(_exit_hook)
+        atexit.register(_exit_hook)
+        for k in [k for k in sys.modules if _is_agents(k)]:
+            del sys.modules[k]
+        sys.modules.update(theirs)
+
+
+try:
+    import pydantic_ai  # noqa: F401
+except ImportError as e:
+    _missing("pydantic-ai", e)
+from pydantic import BaseModel  # noqa: E402
+
+MODEL = "fw-model"
+# The fake engine plays the script of the longest key its prompt holds: a turn's reasoning (the
+# second phase's key) is 100 * (turn + 1) characters, the tool result (turn 2's key) 150, so each
+# request picks its own script even when a client sends earlier reasoning back.
+RESULT = ("18C and sunny in Paris, says the weather service " * 4)[:150]
+ANSWER_TEXT = "It is 18C and sunny in Paris."
+WEATHER_JSON = {"city": "Paris", "temp": 18}
+
+
+class Weather(BaseModel):
+    city: str
+    temp: int
+
+
+# ---------------------------------------------------------------- what each family writes
+
+_END = {"qwen3": "<|im_end|>", "gemma4": "<turn|>", "gpt_oss": "<|return|>"}
+
+
+def _think(family: str, text: str) -> str:
+    return {"qwen3": f"<think>\n{text}\n</think>\n\n",
+            "gpt_oss": f"<|channel|>analysis<|message|>{text}<|end|><|start|>assistant"}.get(family, "")
+
+
+def _own_call(family: str, name: str, args: dict) -> str:
+    a = json.dumps(args)
+    if family == "qwen3":
+        return f'<tool_call>\n{{"name": "{name}", "arguments": {a}}}\n</tool_call><|im_end|>'
+    if family == "gemma4":
+        inner = ",".join(f'{k}:<|"|>{v}<|"|>' if isinstance(v, str) else f"{k}:{v}" for k, v in args.items())
+        return f"<|tool_call>call:{name}{{{inner}}}<tool_call|><turn|>"
+    return f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{a}<|call|>"
+
+
+def _own_answer(family: str, text: str) -> str:
+    if family == "gpt_oss":
+        return f"<|channel|>final<|message|>{text}<|return|>"
+    return text + _END[family]
+
+
+class Turn:
+    """One model turn: `key` (a string its prompt holds, unique), the reasoning, and the output;
+    `how`: "free" (no constraint), "grammar" (one constrained request, own syntax or JSON with the
+    reasoning), "json" (one JSON-constrained request, no reasoning) or "two" (reasoning, then JSON)."""
+
+    def __init__(self, key: str, reasoning: str, own: str, constrained_json: str | None, how: str,
+                 index: int = 0) -> None:
+        reasoning = (reasoning + " " + "." * 300)[: 100 * (index + 1)]  # see RESULT
+        self.key, self.reasoning, self.own, self.json, self.how = key, reasoning, own, constrained_json, how
+
+    def scripts(self, family: str, tok) -> dict[str, Script]:
+        think = _think(family, self.reasoning)
+        if self.how == "free":
+            return {self.key: Script(tok.encode(think + self.own), batch=3)}
+        if self.how == "grammar":
+            return {self.key: Script(tok.encode(think + self.own), batch=3, constrained=True)}
+        if self.how == "json":
+            return {self.key: Script(tok.encode(self.json + _END[family]), batch=3, constrained=True)}
+        # two phases: the reasoning up to its end token, then the JSON from a prompt that holds it
+        end = "</think>" if family == "qwen3" else "<|end|>"
+        first = think[: think.index(end) + len(end)]
+        return {self.key: Script(tok.encode(first), batch=3, unconstrained=True),
+                self.reasoning: Script(tok.encode(self.json + _END[family]), batch=3, constrained=True)}
+
+
+def _how(family: str, engine: str, own_grammar: bool) -> str:
+    """The path a constrained turn takes (README "Forced calls and structured output")."""
+    if family in ("gemma4", "gpt_oss"):  # gpt-oss: the constraint covers the whole output (README)
+        return "json"
+    if engine == "llamacpp":
+        return "grammar" if own_grammar else "json"
+    return "two"
+
+
+@contextlib.contextmanager
+def _server(family: str, engine_kind: str, turns: list[Turn], tmp_path):
+    tok = _tokenizer(FAMILIES[family])
+    scripts: dict[str, Script] = {}
+    for t in turns:
+        scripts.update(t.scripts(family, tok))
+    engine = FakeEngine(tok.decode, scripts)
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(ServerThread(engine.app)).url
+        cfg = ServerConfig(model_dir=tmp_path, format=family, backend_url=url, backend_kind=engine_kind,
+                           served_model_name=MODEL, warm_up=False, check_engine_model=False)  # fmt: skip
+        yield stack.enter_context(ServerThread(create_app(cfg, tokenizer=tok))).url + "/v1", engine
+
+
+CASES = [(f, e) for f in ("qwen3", "gemma4", "gpt_oss") for e in ("vllm", "llamacpp")]
+IDS = [f"{f}-{e}" for f, e in CASES]
+
+
+def _get_weather_tool():
+    def get_weather(city: str) -> str:
+        """Get the weather for a city."""
+        return RESULT if city == "Paris" else "unknown city"
+
+    return get_weather
+
+
+# ---------------------------------------------------------------- openai-agents
+
+
+def _agents_model(agents, url: str):
+    from openai import AsyncOpenAI
+
+    agents.set_tracing_disabled(True)
+    return agents.OpenAIChatCompletionsModel(
+        model=MODEL, openai_client=AsyncOpenAI(base_url=url, api_key="x", max_retries=0))
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_openai_agents_tool_loop(family, engine_kind, tmp_path):
+    turns = [Turn("[agents-loop]", "I need the weather tool.", _own_call(family, "get_weather", {"city": "Paris"}),
+                  None, "free"),
+             Turn(RESULT, "The tool answered.", _own_answer(family, ANSWER_TEXT), None, "free", 1)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine), openai_agents() as agents:
+        agent = agents.Agent(name="w", instructions="Be brief.", model=_agents_model(agents, url),
+                             tools=[agents.function_tool(_get_weather_tool())])
+        result = agents.Runner.run_sync(agent, "[agents-loop] What is the weather in Paris?")
+        assert result.final_output == ANSWER_TEXT
+        # the second request carried the call the model made and the tool's result
+        assert len(engine.requests) == 2
+        prompt = engine.decode(engine.requests[1][1]["prompt"])
+        assert RESULT in prompt and "Paris" in prompt.split("[agents-loop]", 1)[1]
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_openai_agents_output_type_with_tools(family, engine_kind, tmp_path):
+    """output_type with a tool: response_format json_schema and tools together; the model calls the
+    tool first, then answers in the schema (thinking on for qwen3)."""
+    how = _how(family, engine_kind, own_grammar=family == "qwen3")
+    turns = [Turn("[agents-typed]", "First the tool.", _own_call(family, "get_weather", {"city": "Paris"}),
+                  json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]), how),
+             Turn(RESULT, "Now the typed answer.", json.dumps(WEATHER_JSON) + _END[family],
+                  json.dumps(WEATHER_JSON), how, 1)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine), openai_agents() as agents:
+        agent = agents.Agent(name="w", instructions="Be brief.", model=_agents_model(agents, url),
+                             tools=[agents.function_tool(_get_weather_tool())], output_type=Weather)
+        result = agents.Runner.run_sync(agent, "[agents-typed] Weather in Paris?")
+        assert result.final_output == Weather(**WEATHER_JSON)
+        assert any(RESULT in engine.decode(r[1]["prompt"]) for r in engine.requests)
+
+
+# ---------------------------------------------------------------- pydantic-ai
+
+
+def _pydantic_model(url: str):
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    return OpenAIChatModel(MODEL, provider=OpenAIProvider(base_url=url, api_key="x"))
+
+
+def _run(agent, prompt: str):
+    return asyncio.run(agent.run(prompt))
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_pydantic_ai_tool_output_is_a_forced_call(family, engine_kind, tmp_path):
+    """pydantic-ai's default output mode: the output is a tool (`final_result`) and tool_choice is
+    `required`: a forced call after a tool loop."""
+    from pydantic_ai import Agent
+
+    how = _how(family, engine_kind, own_grammar=family == "qwen3")
+    final = {"city": "Paris", "temp": 18}
+    turns = [Turn("[pai-loop]", "I call the weather tool.", _own_call(family, "get_weather", {"city": "Paris"}),
+                  json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]), how),
+             Turn(RESULT, "I give the final result.", _own_call(family, "final_result", final),
+                  json.dumps([{"name": "final_result", "arguments": final}]), how, 1)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        agent = Agent(_pydantic_model(url), output_type=Weather, tools=[_get_weather_tool()])
+        result = _run(agent, "[pai-loop] Weather in Paris?")
+        assert result.output == Weather(**final)
+        sent = [r[1] for r in engine.requests]
+        assert any(RESULT in engine.decode(p["prompt"]) for p in sent)
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_pydantic_ai_native_output(family, engine_kind, tmp_path):
+    """NativeOutput: response_format json_schema without tools, thinking on by default."""
+    from pydantic_ai import Agent, NativeOutput
+
+    how = _how(family, engine_kind, own_grammar=True)
+    turns = [Turn("[pai-native]", "A JSON answer is wanted.", json.dumps(WEATHER_JSON) + _END[family],
+                  json.dumps(WEATHER_JSON), how)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        agent = Agent(_pydantic_model(url), output_type=NativeOutput(Weather))
+        result = _run(agent, "[pai-native] Weather in Paris as JSON")
+        assert result.output == Weather(**WEATHER_JSON)
+
+
+# ---------------------------------------------------------------- langchain-openai
+
+
+def _langchain(url: str):
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError as e:
+        _missing("langchain-openai", e)
+    return ChatOpenAI(model=MODEL, base_url=url, api_key="x", max_retries=0, temperature=0)
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_langchain_structured_output_by_function_calling(family, engine_kind, tmp_path):
+    """with_structured_output(method="function_calling"): a named tool_choice, the forced call."""
+    how = _how(family, engine_kind, own_grammar=family == "qwen3")
+    turns = [Turn("[lc-fn]", "The schema is a tool to call.", _own_call(family, "Weather", WEATHER_JSON),
+                  json.dumps([{"name": "Weather", "arguments": WEATHER_JSON}]), how)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        llm = _langchain(url).with_structured_output(Weather, method="function_calling")
+        assert llm.invoke("[lc-fn] Weather in Paris?") == Weather(**WEATHER_JSON)
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_langchain_structured_output_by_json_schema(family, engine_kind, tmp_path):
+    """with_structured_output(method="json_schema"): response_format, thinking on by default."""
+    how = _how(family, engine_kind, own_grammar=True)
+    turns = [Turn("[lc-json]", "JSON it is.", json.dumps(WEATHER_JSON) + _END[family], json.dumps(WEATHER_JSON), how)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        llm = _langchain(url).with_structured_output(Weather, method="json_schema")
+        assert llm.invoke("[lc-json] Weather in Paris as JSON") == Weather(**WEATHER_JSON)

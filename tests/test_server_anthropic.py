@@ -16,12 +16,14 @@ from dataclasses import dataclass
 import anthropic
 import httpx
 import pytest
+from claude_code import readme_blocks
 from fake_engines import FakeEngine, Script, ServerThread
 from test_server_agent_loop import FAMILIES as LOOP_FAMILIES
 from test_server_agent_loop import Family as LoopFamily
 from test_server_agent_loop import _tokenizer
 
 from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.security import SecurityPolicy
 
 MODEL = "anthropic-model"
 WEATHER = {
@@ -519,3 +521,29 @@ def test_fields_claude_code_sends_are_accepted(qwen):
     prompt = engine.decode(engine.requests[-1][1]["prompt"])
     assert "You are a CLI.\n\nBe brief." in prompt and "# Environment: linux" in prompt
     assert "get_weather" in prompt and "Deferred" in prompt and "tool_search" not in prompt
+
+
+def test_the_readme_sdk_snippet_runs_as_written(tmp_path_factory, capsys):
+    """README "Claude Code with any open model": the anthropic SDK snippet, its URL pointed at a
+    server (with the recipe's key) before a stand-in engine."""
+    snippet = next(b for b in readme_blocks("Claude Code with any open model") if b.startswith("import anthropic"))
+    family = FAMILIES["qwen3"]
+    tok = _tokenizer(family.loop)
+    out = family.think("Paris needs a lookup.") + family.calls([PARIS])
+    engine = FakeEngine(tok.decode, {"Weather in Paris?": Script(tok.encode(out), batch=2)})
+    with contextlib.ExitStack() as stack:
+        engine_url = stack.enter_context(ServerThread(engine.app)).url
+        cfg = ServerConfig(
+            model_dir=tmp_path_factory.mktemp("snippet"),
+            format="qwen3",
+            backend_url=engine_url,
+            served_model_name="qwen3",
+            warm_up=False,
+            security=SecurityPolicy(api_keys=("local-key",)),
+        )
+        url = stack.enter_context(ServerThread(create_app(cfg, tokenizer=tok))).url
+        assert 'base_url="http://127.0.0.1:8000"' in snippet
+        exec(compile(snippet.replace("http://127.0.0.1:8000", url), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "[thinking] Paris needs a lookup." in printed
+    assert printed.rstrip().endswith("tool_use ['thinking', 'tool_use']")

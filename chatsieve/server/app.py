@@ -36,8 +36,8 @@ from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.call_list import CallListParser
-from chatsieve.events import Event
-from chatsieve.grammar import GrammarError
+from chatsieve.events import ContentDelta, Event, ReasoningDelta, ToolCallStart
+from chatsieve.grammar import GrammarError, reasoning_close
 from chatsieve.grammar import plan as constraint_plan
 from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError, load_chat_template
 from chatsieve.protocols.anthropic import ANTHROPIC
@@ -413,6 +413,10 @@ class ChatService:
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
         gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
         gen.vocab_size = self.vocab_size
+        close = reasoning_close(self.config.format, req.thinking) if req.reasoning_budget else None
+        if close is not None:  # a family without a closing marker cannot be cut: the budget is not enforced
+            gen.reasoning_budget = req.reasoning_budget
+            gen.budget_close_ids = self.tokenizer.encode(close)
         return gen
 
 
@@ -437,6 +441,12 @@ class Generation:
         self.vocab_size: int | None = None  # ids at or above it are an engine fault
         self.reasoning_end_id: int | None = None  # two phases: reasoning, then the constrained answer
         self.answer_prefix_ids: list[int] = []  # written between the two (gpt-oss: the final channel)
+        self.reasoning_budget: int | None = None  # reasoning tokens before the reasoning is closed here
+        self.budget_close_ids: list[int] = []  # what closes it (the family's marker)
+        self.reasoning_tokens = 0  # tokens before the first content or call (reasoning, if any came)
+        self._reasoned = False  # a reasoning delta came
+        self._past_reasoning = False  # content or a call came
+        self._budget_hit = False
         self._engine_finish: str | None = None
         self.request_id = ""
 
@@ -445,7 +455,9 @@ class Generation:
 
         With `reasoning_end_id` (a constraint the engine cannot combine with reasoning), two
         engine requests make one answer: unconstrained up to the reasoning's end token, then
-        constrained from the prompt plus that reasoning; usage counts both."""
+        constrained from the prompt plus that reasoning; usage counts both. A `reasoning_budget`
+        that runs out before the reasoning ends does the same: the first request is cancelled
+        there, the family's closing marker written, and a second request goes on from it."""
         produced: list[int] = []
         first = self.request
         end_id = self.reasoning_end_id
@@ -454,8 +466,13 @@ class Generation:
                                         stop_token_ids=(*self.request.stop_token_ids, end_id))
         async for events in self._run(first, produced):
             yield events
-        if end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
-            if not produced or produced[-1] != end_id:  # an engine that trims the stop token it hit
+        if self._budget_hit and end_id is None:  # the reasoning budget ran out: close it, then go on
+            produced.extend(self.budget_close_ids)
+            events = self.parser.feed(token_ids=list(self.budget_close_ids))
+            if events:
+                yield self.calls.apply(events)
+        if self._budget_hit or end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
+            if end_id is not None and (not produced or produced[-1] != end_id):  # trimmed, or cut by the budget
                 produced.append(end_id)
                 events = self.parser.feed(token_ids=[end_id])
                 if events:
@@ -494,6 +511,17 @@ class Generation:
                         f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
                         f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
                     )
+                if ids and self.reasoning_budget is not None and not (self._past_reasoning or self._budget_hit):
+                    room = self.reasoning_budget - self.reasoning_tokens
+                    if len(ids) > room:  # the budget ends in this batch: feed up to it, then see
+                        head = self._feed(ids[:room], lps[:room] if lps is not None else None)
+                        produced.extend(ids[:room])
+                        if head:
+                            yield self.calls.apply(head)
+                        if not self._past_reasoning:
+                            self._budget_hit = True
+                            break  # closing the stream cancels the engine request
+                        ids, lps = ids[room:], lps[room:] if lps is not None else None
                 produced.extend(ids)
                 if ids:
                     events = self._feed(ids, lps)
@@ -514,13 +542,23 @@ class Generation:
         the engine sent past the stop (however it batched them) are not counted."""
         if len(ids) == 1 or not self.parser.stopped and not self.parser.stop_strings:
             self.completion_tokens += len(ids)
-            return self.parser.feed(token_ids=list(ids), logprobs=list(lps) if lps is not None else None)
-        events: list[Event] = []
-        for k, token in enumerate(ids):
-            if self.parser.stopped:
-                break
-            self.completion_tokens += 1
-            events += self.parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
+            events = self.parser.feed(token_ids=list(ids), logprobs=list(lps) if lps is not None else None)
+        else:
+            events = []
+            for k, token in enumerate(ids):
+                if self.parser.stopped:
+                    break
+                self.completion_tokens += 1
+                events += self.parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
+        if not self._past_reasoning:
+            self.reasoning_tokens += len(ids)
+            for e in events:
+                t = type(e)
+                if t is ReasoningDelta:
+                    self._reasoned = True
+                elif t is ContentDelta or t is ToolCallStart:
+                    self._past_reasoning = True
+                    break
         return events
 
     @property
@@ -535,6 +573,7 @@ class Generation:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             stop_sequence=self.parser.stop_sequence,
+            reasoning_tokens=self.reasoning_tokens if self._reasoned else 0,
         )
 
 

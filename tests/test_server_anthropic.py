@@ -380,6 +380,7 @@ def qwen(tmp_path_factory):
     tok = _tokenizer(family.loop)
     engine = FakeEngine(tok.decode, {k: Script(tok.encode(v)) for k, v in scripts(family).items()})
     engine.scripts["[fail]"] = Script(tok.encode("x"), fail="status")
+    engine.scripts["[slow]"] = Script(tok.encode("<think>\nHm.\n</think>\n\nSlow.<|im_end|>"), batch=4, delay=0.4)
     with contextlib.ExitStack() as stack:
         engine_url = stack.enter_context(ServerThread(engine.app)).url
         cfg = ServerConfig(
@@ -582,3 +583,16 @@ def test_budget_tokens_closes_the_reasoning_where_it_runs_out(served):
     stops = set(tok.stop_token_ids)
     played = next((i + 1 for i, t in enumerate(answer_ids) if t in stops), len(answer_ids))
     assert whole.usage.output_tokens == 6 + played
+
+
+def test_pings_while_the_engine_is_silent(qwen, monkeypatch):
+    from chatsieve.protocols.anthropic import ANTHROPIC
+
+    url, _ = qwen
+    monkeypatch.setattr(ANTHROPIC, "ping_interval", 0.1)
+    body = {"model": MODEL, "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "[slow] hi"}]}
+    with httpx.stream("POST", url + "/v1/messages", json=body, timeout=30) as r:
+        kinds = [line[len("event: "):] for line in r.iter_lines() if line.startswith("event: ")]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "ping" in kinds
+    with client(url).messages.stream(**{k: v for k, v in body.items() if k != "stream"}) as s:
+        assert blocks(s.get_final_message()) == [("thinking", "Hm."), ("text", "Slow.")]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import anthropic
 import httpx
+import openai
 import pytest
 from claude_code import readme_blocks
 from fake_engines import FakeEngine, Script, ServerThread
@@ -596,3 +597,16 @@ def test_pings_while_the_engine_is_silent(qwen, monkeypatch):
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "ping" in kinds
     with client(url).messages.stream(**{k: v for k, v in body.items() if k != "stream"}) as s:
         assert blocks(s.get_final_message()) == [("thinking", "Hm."), ("text", "Slow.")]
+
+
+def test_models_list_in_the_shape_each_sdk_reads(qwen):
+    url, _ = qwen
+    names = [m.id for m in client(url).models.list()]
+    assert names == [MODEL, "claude-sonnet-4-5", "claude-haiku-4-5"]
+    got = client(url).models.retrieve("claude-haiku-4-5")
+    assert got.id == "claude-haiku-4-5" and got.type == "model"
+    with pytest.raises(anthropic.NotFoundError):
+        client(url).models.retrieve("nope")
+    # the same routes without anthropic-version: OpenAI's list
+    oc = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    assert [m.id for m in oc.models.list()] == names and oc.models.retrieve(MODEL).id == MODEL

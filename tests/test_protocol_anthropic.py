@@ -229,3 +229,20 @@ def test_the_stream_folded_by_the_sdk_is_the_whole_message(events, cuts, reason,
     # adjacent runs of one kind are one block
     kinds_of = [b["type"] for b in body["content"]]
     assert all(a != b or a == "tool_use" for a, b in zip(kinds_of, kinds_of[1:]))
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma4", "gpt_oss", "deepseek_v31", "kimi_k2", "glm47"])
+def test_a_system_message_after_the_first_turn_reaches_the_prompt(family):
+    """Claude Code sends one (its environment); a template that drops late system messages
+    (gpt-oss) gets it in the leading one instead: moved, never lost."""
+    from test_server_anthropic import FAMILIES, _tokenizer
+
+    from chatsieve import render_prompt
+
+    tok = _tokenizer(FAMILIES[family].loop)
+    req = parse(system="Top rules.", messages=[
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": [{"type": "text", "text": "# Environment s3cr7"}]},
+    ])  # fmt: skip
+    text = render_prompt(req.messages, tokenizer=tok, format=family).text
+    assert "Top rules." in text and "# Environment s3cr7" in text

@@ -551,8 +551,7 @@ def test_the_readme_sdk_snippet_runs_as_written(tmp_path_factory, capsys):
         assert 'base_url="http://127.0.0.1:8000"' in snippet
         exec(compile(snippet.replace("http://127.0.0.1:8000", url), "README.md", "exec"), {})
     printed = capsys.readouterr().out
-    assert "[thinking] Paris needs a lookup." in printed
-    assert printed.rstrip().endswith("tool_use ['thinking', 'tool_use']")
+    assert printed == "Paris needs a lookup.\ntool_use ['thinking', 'tool_use']\n"
 
 
 def test_budget_tokens_closes_the_reasoning_where_it_runs_out(served):

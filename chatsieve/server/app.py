@@ -747,6 +747,8 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             token_bytes=service.token_bytes,
         )
         headers = dict(parsed.headers)
+        if headers:
+            log.info("%s %s", gen.request_id, ", ".join(f"{k}: {v}" for k, v in headers.items()))
         if parsed.chat.stream:
             encoder = protocol.encoder(parsed, info)
             return EventStreamResponse(

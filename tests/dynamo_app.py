@@ -5,7 +5,7 @@
 
 CONFIG: {"models": [{"name", "path", "format", "tool_call_parser", "reasoning_parser"}],
 "replays": {KEY: {"ids": [...], "finish": "stop" | "length" | null, "delay": seconds,
-"error_after": n}}, "chatsieve_port", "native_port", "log": PATH}. Both frontends share one
+"error_after": n, "logprobs": bool}}, "chatsieve_port", "native_port", "log": PATH}. Both frontends share one
 DistributedRuntime (`mem` discovery, TCP on 127.0.0.1) and the worker: the first runs chatsieve's
 chat engine factory, the second Dynamo's own Rust preprocessor and parsers (the worker's
 advertised tool_call_parser / reasoning_parser), so the same ids go through both.
@@ -75,6 +75,10 @@ class Worker:
                     await asyncio.sleep(replay["delay"])
                 last = i == len(ids) - 1
                 out: dict = {"token_ids": [tid]}
+                if replay.get("logprobs"):  # a made-up but checkable value per token
+                    out["log_probs"] = [-0.001 * (i + 1)]
+                    out["top_logprobs"] = [[{"rank": 1, "token_id": tid, "logprob": -0.001 * (i + 1)},
+                                            {"rank": 2, "token_id": 15, "logprob": -9.5}]]  # fmt: skip
                 if last and replay.get("finish"):
                     out["finish_reason"] = replay["finish"]
                 record["sent"] = i + 1

@@ -97,7 +97,7 @@ def model_dir(root: Path, family: str) -> Path:
         (d / "tokenizer.json").write_bytes(lzma.open(src / "tokenizer.json.xz").read())
         config = json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8"))
         template = "chat_template.qwen3-coder.jinja" if family == "qwen3_coder" else "chat_template.jinja"
-        config["chat_template"] = (src / template).read_text(encoding="utf-8")
+        config["chat_template"] = models.model_path(f"qwen3/{template}").read_text(encoding="utf-8")
         model = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "max_position_embeddings": 40960,
                  "vocab_size": 151936, "eos_token_id": 151645, "bos_token_id": 151643}  # fmt: skip
         generation = {"eos_token_id": [151645, 151643]}
@@ -126,7 +126,7 @@ def free_ports(n: int) -> list[int]:
 
 
 def run_scenario(tmp: Path, apps: list[list[str]], ports: dict, models_by_port: dict, requests: list[dict],
-                 log: Path, timeout: float = 240, env: dict | None = None) -> dict:  # fmt: skip
+                 log: Path, timeout: float = 600, env: dict | None = None) -> dict:  # fmt: skip
     """Start the deployment's processes `apps` and run `requests` against it inside one network
     namespace; what came back (tests/dynamo_scenario.py's output)."""
     scenario = {
@@ -136,7 +136,7 @@ def run_scenario(tmp: Path, apps: list[list[str]], ports: dict, models_by_port: 
         "requests": requests,
         "log": str(log),
         "app_log": str(tmp / "app.log"),
-        "timeout": 90,
+        "timeout": 240,  # model discovery; slow on a loaded machine
     }
     path = tmp / "scenario.json"
     path.write_text(json.dumps(scenario), encoding="utf-8")

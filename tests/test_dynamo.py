@@ -204,10 +204,21 @@ def deployment(tmp_path_factory):
                                            "agent_hints": {"priority": 3, "osl": 64}}})  # fmt: skip
     add("required", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
                                   "nvext": {"annotations": ["replay:qwen3-call"]}})  # fmt: skip
+    replays["call-list"] = {"ids": tokenizers["qwen3"].encode('[{"name": "run", "arguments": {"cmd": "ls"}}]<|im_end|>'),
+                            "finish": "stop"}  # fmt: skip
+    add("forced", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
+                                "chat_template_kwargs": {"enable_thinking": False},
+                                "nvext": {"annotations": ["replay:call-list"]}})  # fmt: skip
     replays["json"] = {"ids": tokenizers["qwen3"].encode('{"a": [1, "x"]}<|im_end|>'), "finish": "stop"}
     add("json", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "response_format": {"type": "json_object"},
                               "chat_template_kwargs": {"enable_thinking": False},
                               "nvext": {"annotations": ["replay:json"]}})  # fmt: skip
+
+    replays["logprobs"] = {**replays["qwen3-reasoning"], "logprobs": True}
+    add("logprobs", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "logprobs": True, "top_logprobs": 2,
+                                  "nvext": {"annotations": ["replay:logprobs"]}})  # fmt: skip
+    add("logprobs/stream", "chatsieve", {"model": "qwen3", "messages": MESSAGES, "logprobs": True, "top_logprobs": 2,
+                                         "stream": True, "nvext": {"annotations": ["replay:logprobs"]}})  # fmt: skip
 
     ports = dict(zip(("chatsieve", "native"), harness.free_ports(2)))
     log = tmp / "worker.jsonl"
@@ -354,6 +365,36 @@ def test_response_format_becomes_guided_decoding(deployment):
 
 
 def test_a_constraint_the_engine_cannot_carry_is_refused(deployment):
-    # Qwen3's calls open with the control token <tool_call>, which a text grammar cannot name
+    # with thinking on, Qwen3's forced calls need two engine requests (not done through Dynamo yet)
     r = deployment["results"]["required"]
-    assert not r["ok"] and r["status"] == 400 and "tool_call" in json.dumps(r["error"]), r
+    assert not r["ok"] and r["status"] == 400, r
+    assert "tool_choice 'required' with thinking on" in json.dumps(r["error"]), r
+
+
+def test_logprobs_line_up_with_the_content_tokens(deployment):
+    tok = deployment["tokenizers"]["qwen3"]
+    ids = deployment["replays"]["logprobs"]["ids"]
+    result = deployment["results"]["logprobs"]
+    assert result["ok"], result
+    choice = result["completion"]["choices"][0]
+    entries = choice["logprobs"]["content"]
+    content = choice["message"]["content"]
+    assert b"".join(bytes(e["bytes"]) for e in entries).decode() == content
+    start = ids.index(tok.encode("</think>")[0]) + 1  # the worker's made-up logprob of token i is -0.001 * (i+1)
+    by_token = {round(-0.001 * (i + 1), 6) for i in range(start, len(ids))}
+    assert {round(e["logprob"], 6) for e in entries} <= by_token
+    assert all(e["top_logprobs"][1] == {"token": tok.decode([15]), "logprob": -9.5, "bytes": list(tok.decode([15]).encode())}
+               for e in entries)  # fmt: skip
+    streamed = deployment["results"]["logprobs/stream"]
+    assert streamed["ok"], streamed
+    parts = [c["choices"][0]["logprobs"]["content"] for c in streamed["chunks"]
+             if c.get("choices") and (c["choices"][0].get("logprobs") or {}).get("content")]  # fmt: skip
+    assert [e["logprob"] for p in parts for e in p] == [e["logprob"] for e in entries]
+
+
+def test_forced_calls_go_to_the_workers_as_a_json_call_list(deployment):
+    got = _ok(deployment["results"]["forced"])
+    assert got["calls"] == [("run", {"cmd": "ls"})] and got["content"] is None and got["finish"] == "tool_calls"
+    (record,) = [r for r in deployment["worker_log"] if r["key"] == "call-list"]
+    schema = record["request"]["sampling_options"]["guided_decoding"]["json"]
+    assert schema["type"] == "array" and schema["minItems"] == 1

@@ -1,7 +1,8 @@
 """chatsieve's Dynamo chat engine driven directly, without a Dynamo runtime: a stand-in routed
 engine hands it the ids of Gemma 4, Qwen3 and Qwen3-Coder fixture cases (real tokenizers) in
 items of 1, 3 and all tokens; every answer must be the message chatsieve.parse gives for the same
-ids. Also: the engine request it builds, the launcher's command line, the parser-name map against
+ids, whether the items arrive one at a time or pile up (merged into few chunks). Also: the engine
+request it builds, the launcher's command line, the parser-name map against
 the installed Dynamo's parser names, and the version gate.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import glob
+import json
 from pathlib import Path
 
 import pytest
@@ -50,8 +52,8 @@ class Item:
 class RoutedEngine:
     """Dynamo's RoutedEngine as the engine sees it: generate(request, context) -> async items."""
 
-    def __init__(self, items, fail_after=None):
-        self.items, self.fail_after, self.requests = items, fail_after, []
+    def __init__(self, items, fail_after=None, pause=False):
+        self.items, self.fail_after, self.pause, self.requests = items, fail_after, pause, []
 
     async def generate(self, request, context=None):
         self.requests.append(request)
@@ -60,6 +62,8 @@ class RoutedEngine:
             for n, item in enumerate(self.items):
                 if self.fail_after is not None and n == self.fail_after:
                     raise ValueError("Internal: the worker died")
+                if self.pause:  # one item at a time (else all are there at once: one batch)
+                    await asyncio.sleep(0)
                 yield item
 
         return stream()
@@ -76,10 +80,21 @@ class Context:
         self.stopped = True
 
 
+class _ModelDirs(dict):
+    """Model directories built on first use (a family whose template is missing skips alone)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, family: str) -> Path:
+        self[family] = harness.model_dir(self.root, family)
+        return self[family]
+
+
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dynamo-engine")
-    return {family: harness.model_dir(root, family) for family in ("qwen3", "qwen3_coder", "gemma4")}
+    return _ModelDirs(tmp_path_factory.mktemp("dynamo-engine"))
 
 
 @functools.cache
@@ -151,10 +166,10 @@ def test_fixture_cases_match_chatsieve_parse_at_engine_batch_sizes(dyn, model_di
     for e in calls.apply(parser.feed(token_ids=ids) + parser.finish(case.finish_reason or "stop")):
         builder.apply(e)
     want = builder.message
-    for size in (1, 3, max(len(ids), 1)):
+    for size, pause in ((1, True), (1, False), (3, True), (max(len(ids), 1), False)):
         items = [Item({"token_ids": ids[i : i + size]}) for i in range(0, len(ids), size)]
         items.append(Item({"token_ids": [], "finish_reason": case.finish_reason or "stop"}))
-        engine, routed, _ = _engine(dyn, model_dirs[family], case.format, items)
+        engine, routed, _ = _engine(dyn, model_dirs[family], case.format, items, pause=pause)
         content, reasoning, calls, finish = _folded(_collect(engine, body))
         assert (content, reasoning) == (want.content, want.reasoning), size
         assert calls == [(c.name, c.arguments) for c in want.tool_calls], size
@@ -176,6 +191,7 @@ def test_engine_request_fields(dyn, model_dirs):
     assert req["annotations"] == ["a:b"] and req["routing"] == {"backend_instance_id": 42, "priority": 1}
     assert req["extra_args"] == {"nvext": body["nvext"]} and req["eos_token_ids"] == sorted(tok.stop_token_ids)
     assert req["output_options"] == {"logprobs": None, "skip_special_tokens": False}
+    assert sum(c["llm_metrics"]["chunk_tokens"] for c in chunks) == chunks[-1]["llm_metrics"]["output_tokens"]
     assert chunks[-1]["usage"]["completion_tokens"] == 0 and chunks[-1]["llm_metrics"]["input_tokens"] == len(
         req["token_ids"]
     )
@@ -186,10 +202,14 @@ def test_request_errors_are_invalid_argument_with_the_message(dyn, model_dirs):
 
     engine, routed, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [])
     bad = {"messages": MESSAGES, "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}
-    with pytest.raises(InvalidArgument, match="tool_call"):
+    with pytest.raises(InvalidArgument, match="tool_choice 'required' with thinking on for format 'qwen3'"):
         _collect(engine, bad)
+    with pytest.raises(InvalidArgument, match="response_format with thinking on"):
+        _collect(engine, {"messages": MESSAGES, "response_format": {"type": "json_object"}})
     with pytest.raises(InvalidArgument, match="chat_template_kwargs may not set tokenizer"):
         _collect(engine, {"messages": MESSAGES, "chat_template_kwargs": {"tokenizer": "x"}})
+    with pytest.raises(InvalidArgument, match="logit_bias cannot be passed through Dynamo"):
+        _collect(engine, {"messages": MESSAGES, "logit_bias": {"15": -100}})
     assert routed.requests == []  # refused before the engine was asked
 
 
@@ -212,10 +232,19 @@ def test_local_stop_and_max_tokens_stop_the_engine(dyn, model_dirs):
     context = Context()
     content, _, _, finish = _folded(_collect(engine, {"messages": MESSAGES, "stop": [" three"]}, context))
     assert content == "one two" and finish == "stop" and context.stopped
+    engine, _, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [Item({"token_ids": ids})])  # all in one item
+    chunks = _collect(engine, {"messages": MESSAGES, "stop": [" three"]}, Context())
+    assert _folded(chunks)[0] == "one two"
+    assert chunks[-1]["usage"]["completion_tokens"] == ids.index(tok.encode(" three")[0]) + 1  # none past the stop
     engine, _, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [Item({"token_ids": ids})])  # one big item
     context = Context()
     chunks = _collect(engine, {"messages": MESSAGES, "max_tokens": len(ids) - 2}, context)
     assert _folded(chunks)[3] == "length" and chunks[-1]["usage"]["completion_tokens"] == len(ids) - 2
+    assert sum(c["llm_metrics"]["chunk_tokens"] for c in chunks) == len(ids) - 2 == chunks[-1]["llm_metrics"]["output_tokens"]
+    assert context.stopped  # an engine that ignored max_tokens is stopped at the cut
+    engine, _, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [Item({"token_ids": ids, "finish_reason": "eos"})])
+    context = Context()
+    assert _folded(_collect(engine, {"messages": MESSAGES}, context))[3] == "stop" and not context.stopped
 
 
 def test_parser_name_map_names_real_parsers_and_formats(dyn):
@@ -249,3 +278,18 @@ def test_version_gate(dyn, monkeypatch):
     monkeypatch.setattr(dyn, "_installed_version", lambda: "1.7.0")
     with pytest.raises(ImportError, match=r"supports NVIDIA Dynamo >=1.6,<1.7 \(tested with 1.6.1\)"):
         dyn._check_interfaces()
+
+
+def test_forced_calls_as_a_json_call_list(dyn, model_dirs):
+    tok = _tokenizer(model_dirs["qwen3"])
+    ids = tok.encode('[{"name": "get_weather", "arguments": {"city": "Paris"}}]<|im_end|>')
+    engine, routed, _ = _engine(dyn, model_dirs["qwen3"], "qwen3", [Item({"token_ids": [i]}) for i in ids], pause=True)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+              "properties": {"city": {"type": "string"}}}}}]  # fmt: skip
+    body = {"messages": MESSAGES, "tools": tools, "tool_choice": "required",
+            "chat_template_args": {"enable_thinking": False}}  # fmt: skip
+    content, reasoning, calls, finish = _folded(_collect(engine, body))
+    assert (content, reasoning, finish) == (None, None, "tool_calls")
+    assert [(n, json.loads(a)) for n, a in calls] == [("get_weather", {"city": "Paris"})]
+    schema = routed.requests[0]["sampling_options"]["guided_decoding"]["json"]
+    assert schema["type"] == "array" and schema["minItems"] == 1

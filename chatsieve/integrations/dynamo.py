@@ -30,13 +30,19 @@ Decisions (README "Inside NVIDIA Dynamo"):
 - stop strings are cut here (the engine is sent stop token ids only), so a stop string spelled
   across tokens, or inside a tool call's arguments, is handled as in `chatsieve serve`;
 - tool_choice `required` / named and `response_format` become `sampling_options.guided_decoding`
-  (`grammar`: GBNF, which vLLM's and SGLang's xgrammar read; `json`: a JSON Schema).
+  (`grammar`: GBNF, which vLLM's and SGLang's xgrammar read; `json`: a JSON Schema, e.g. the JSON
+  call list of chatsieve.call_list where a family's syntax needs a control token); with thinking
+  on where that needs two engine requests, a 400 (not done here yet);
+  `logit_bias` is refused (400): Dynamo's engine request has no field for it;
+- the chunks of every engine item that has already arrived are handed back at once (Dynamo's
+  bridge to a Python engine costs per chunk), never waiting for more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -353,7 +359,7 @@ class Prepared:
 
     request: ChatRequest
     engine_request: dict
-    parser: StreamParser
+    parser: Any  # a StreamParser, or a CallListParser around one (forced calls as a JSON list)
     calls: ToolCallFilter
     prompt_tokens: int
     max_tokens: int | None
@@ -380,7 +386,7 @@ class ChatsieveChatEngine:
         self.context_length = context_length
         self.options = options
         self.stop_token_ids = sorted(tokenizer.stop_token_ids)
-        self.limits = RequestLimits(**{**options.limits.__dict__, "max_model_len": context_length})
+        self.limits = dataclasses.replace(options.limits, max_model_len=context_length)
         self.vocab_size = tokenizer.hf.get_vocab_size(with_added_tokens=True)
 
     # ---- request ---------------------------------------------------------------------
@@ -396,6 +402,13 @@ class ChatsieveChatEngine:
             args = body.pop("chat_template_args")
             body.setdefault("chat_template_kwargs", args)
         req = parse_chat_request(body, self.limits)
+        if req.logit_bias:
+            raise RequestError(
+                "logit_bias cannot be passed through Dynamo (its engine request has no such field); "
+                "leave it out",
+                param="logit_bias",
+                code="unsupported_value",
+            )
         tools = req.prompt_tools
         limit = None if self.context_length is None else self.context_length - (req.max_tokens or 1)
         kwargs = req.template_kwargs
@@ -445,6 +458,15 @@ class ChatsieveChatEngine:
         except GrammarError as e:
             param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
             raise RequestError(str(e), param=param, code="unsupported_constraint") from None
+        if constraint is not None and constraint.reasoning_end is not None:
+            what = f"tool_choice {req.tool_choice.mode!r}" if constraint.calls else "response_format"
+            raise RequestError(
+                f"{what} with thinking on for format {self.format!r} needs two engine requests (the "
+                "reasoning, then the constrained answer), which the Dynamo integration does not do yet; "
+                "turn thinking off (chat_template_kwargs.enable_thinking: false)",
+                param="tool_choice" if constraint.calls else "response_format",
+                code="unsupported_constraint",
+            )
         guided = None
         if constraint is not None:
             if constraint.kind == "grammar":
@@ -462,7 +484,12 @@ class ChatsieveChatEngine:
             stop=list(req.stop) or None,
             stop_token_ids=self.stop_token_ids,
             stream_arguments=self.options.stream_arguments,
+            keep_logprobs=False,  # chunks are built from the events; the parser's own message is unused
         )
+        if constraint is not None and constraint.calls:  # a forced JSON call list: its content is the calls
+            from ..call_list import CallListParser
+
+            parser = CallListParser(parser, tools)
         ids = list(prompt.token_ids)
         max_tokens = req.max_tokens or (self.context_length - len(ids) if self.context_length else None)
         nvext = body.get("nvext") if isinstance(body.get("nvext"), dict) else {}
@@ -517,64 +544,69 @@ class ChatsieveChatEngine:
         stream = await self.routed_engine.generate(prepared.engine_request, context=context)
         parser, calls = prepared.parser, prepared.calls
         engine_finish: str | None = None
-        done = False
+        engine_done = False  # the engine ended the stream itself (finished or failed)
         completion = 0
+        tokens = 0  # output tokens not yet attributed to a chunk (llm_metrics chunk_tokens)
         yield self._wire(chunks.first(), metrics, 0)
         try:
-            async for item in _guarded(stream):
-                failure = item.message if isinstance(item, EngineFailure) else None
-                if failure is None and item.is_error():
-                    failure = "; ".join(item.comments() or ()) or "the engine failed"
+            async for batch in _batches(stream):
+                events: list = []
+                stop = False
+                failure: str | None = None
+                for item in batch:
+                    failure, data, ended = _item_data(item)
+                    if failure is not None:
+                        engine_done = ended
+                        break
+                    if data is None:  # a comment or annotation: nothing for the client
+                        continue
+                    ids = list(data.get("token_ids") or ())
+                    over = False
+                    if prepared.max_tokens is not None and completion + len(ids) > prepared.max_tokens:
+                        ids, over = ids[: max(prepared.max_tokens - completion, 0)], True
+                    bad = next((i for i in ids if not (isinstance(i, int) and 0 <= i < self.vocab_size)), None)
+                    if bad is not None:
+                        failure = (
+                            f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
+                            f"(0..{self.vocab_size - 1}): do the frontend and the workers serve the same model?"
+                        )
+                        break
+                    if ids:
+                        lps = self._logprobs(ids, data) if req.logprobs else None
+                        if len(ids) == 1 or not parser.stop_strings:
+                            events += calls.apply(parser.feed(token_ids=ids, logprobs=lps))
+                        else:  # one by one: the tokens the engine sent past a stop string are not counted
+                            for k, tid in enumerate(ids):
+                                if parser.stopped:
+                                    ids = ids[:k]
+                                    break
+                                one = lps[k : k + 1] if lps is not None else None
+                                events += calls.apply(parser.feed(token_ids=[tid], logprobs=one))
+                    completion += len(ids)
+                    tokens += len(ids)
+                    if data.get("finish_reason"):
+                        engine_finish, engine_done, stop = str(data["finish_reason"]), True, True
+                    elif over:  # the engine went past max_tokens: cut here, and stop it
+                        engine_finish, stop = "length", True
+                    elif parser.stopped:  # a local stop string: stopping the context cancels the engine
+                        stop = True
+                    if stop:
+                        break
+                metrics["output_tokens"] = completion
+                for chunk in chunks.events(events):  # what already arrived, merged into few chunks
+                    yield self._wire(chunk, metrics, tokens)
+                    tokens = 0
                 if failure is not None:
                     log.error("chatsieve: engine error: %s", failure)
-                    done = True
-                    yield _error_envelope(f"the inference engine failed on this request: {failure}")
+                    yield _error_envelope(failure)
                     return
-                data = item.data()
-                if data is None:  # a comment or annotation: nothing for the client
-                    continue
-                if not isinstance(data, dict) or "token_ids" not in data:
-                    message = data.get("message") if isinstance(data, dict) else None
-                    log.error("chatsieve: unexpected engine response %r", data)
-                    yield _error_envelope(
-                        f"the inference engine failed on this request: {message or 'bad response'}"
-                    )
-                    done = True
-                    return
-                ids = list(data.get("token_ids") or ())
-                over = False
-                if prepared.max_tokens is not None and completion + len(ids) > prepared.max_tokens:
-                    ids, over = ids[: max(prepared.max_tokens - completion, 0)], True
-                bad = next((i for i in ids if not (isinstance(i, int) and 0 <= i < self.vocab_size)), None)
-                if bad is not None:
-                    yield _error_envelope(
-                        f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
-                        f"(0..{self.vocab_size - 1}): do the frontend and the workers serve the same model?"
-                    )
-                    done = True
-                    return
-                completion += len(ids)
-                metrics["output_tokens"] = completion
-                if ids:
-                    lps = self._logprobs(ids, data) if req.logprobs else None
-                    events = calls.apply(parser.feed(token_ids=ids, logprobs=lps))
-                    counted = len(ids)  # the item's tokens go with its first chunk
-                    for chunk in chunks.events(events):
-                        yield self._wire(chunk, metrics, counted)
-                        counted = 0
-                if data.get("finish_reason"):
-                    engine_finish = str(data["finish_reason"])
+                if stop:
                     break
-                if over:
-                    engine_finish = "length"
-                    break
-                if parser.stopped:
-                    break  # a local stop string: stopping the context cancels the engine request
-        finally:
-            if not done and engine_finish is None and context is not None:
+        finally:  # a local stop, a cut, a bad item, or the client gone: the engine request ends too
+            if not engine_done and context is not None:
                 context.stop_generating()
             closer = getattr(stream, "aclose", None)
-            if closer is not None and done:
+            if closer is not None:
                 with contextlib.suppress(Exception):
                     await closer()
         events = calls.apply(parser.finish("stop" if parser.stopped else _finish(engine_finish)))
@@ -582,11 +614,12 @@ class ChatsieveChatEngine:
         for d in calls.dropped:
             log.info("chatsieve: dropped call %s: %s", d.raw[:200], d.why)
         for chunk in chunks.events(events):
-            yield self._wire(chunk, metrics, 0)
+            yield self._wire(chunk, metrics, tokens)
+            tokens = 0
         reason = finish_reason(parser.finish_reason, calls.kept)
         closing = chunks.finish(reason)[0]
         closing["usage"] = usage(prepared.prompt_tokens, completion)
-        yield self._wire(closing, metrics, 0)
+        yield self._wire(closing, metrics, tokens)
 
     # ---- helpers -------------------------------------------------------------------------
     def _wire(self, chunk: dict, metrics: dict, tokens: int) -> dict:
@@ -625,14 +658,58 @@ class EngineFailure:
     message: str
 
 
-async def _guarded(stream: Any) -> AsyncIterator[Any]:
-    """The engine's items; an exception from the stream becomes one EngineFailure (Dynamo would
-    report an exception leaving the generator as a 400 "Invalid request")."""
+def _item_data(item: Any) -> tuple[str | None, dict | None, bool]:
+    """(failure message, None, whether the engine ended the stream) for a failed item, else
+    (None, the item's data or None, False)."""
+    failed = "the inference engine failed on this request"
+    if isinstance(item, EngineFailure):
+        return f"{failed}: {item.message}", None, True
+    if item.is_error():
+        return f"{failed}: {'; '.join(item.comments() or ()) or 'no detail'}", None, True
+    data = item.data()
+    if data is not None and (not isinstance(data, dict) or "token_ids" not in data):
+        message = data.get("message") if isinstance(data, dict) else None
+        return f"{failed}: {message or 'a response without token_ids'}", None, False
+    return None, data, False
+
+
+_END = object()
+
+
+async def _batches(stream: Any) -> AsyncIterator[list]:
+    """The engine's items, each time as a list of all that has already arrived (never waiting for
+    more): when the frontend falls behind the engine, several items become one set of chunks,
+    which is what a Python chat engine in Dynamo pays for. An exception from the stream becomes an
+    EngineFailure item (leaving the generator, Dynamo would report it as a 400 "Invalid request")."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for item in stream:
+                queue.put_nowait(item)
+        except Exception as e:
+            queue.put_nowait(EngineFailure(str(e) or type(e).__name__))
+        finally:
+            queue.put_nowait(_END)
+
+    task = asyncio.ensure_future(pump())
     try:
-        async for item in stream:
-            yield item
-    except Exception as e:
-        yield EngineFailure(str(e) or type(e).__name__)
+        while True:
+            batch = [await queue.get()]
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            ended = _END in batch
+            if ended:
+                batch = batch[: batch.index(_END)]
+            if batch:
+                yield batch
+            if ended:
+                return
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 def _finish(engine_reason: str | None) -> str | None:

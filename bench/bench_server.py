@@ -8,7 +8,8 @@ concurrent streams with `--workers` 1 and 2. For each run it prints tokens/s, th
 server's CPU µs per token (user + system time of the server process tree), p50/p99 gap
 between updates the client receives (inter-token latency), p50/p99 time to first token,
 engine connections opened per request and TIME_WAIT sockets left towards the engine; the
-same client straight against the stand-in is the ceiling. Every response is checked
+same client straight against the stand-in is the ceiling. Each route is measured
+(`--routes`: OpenAI chat completions, Anthropic Messages). Every response is checked
 against batch parsing of the same ids; a wrong one stops the benchmark.
 
     CHATSIEVE_MODELS=../shared/models python bench/bench_server.py [--quick] [--streams 1,32]
@@ -292,6 +293,44 @@ def read_chat(r: Response) -> tuple[dict, list[float]]:
     return msg, times
 
 
+def read_messages(r: Response) -> tuple[dict, list[float]]:
+    """The streamed Anthropic message (as read_chat's dict) and the arrival times of its deltas."""
+    status, body, marks = dechunk(r)
+    if status != 200:
+        raise AssertionError(f"HTTP {status}: {body[:300]!r}")
+    msg = {"reasoning": "", "content": "", "calls": {}, "finish": None, "done": False}
+    times, pos, kinds = [], 0, {}
+    for event in body.split(b"\n\n"):
+        end = pos + len(event)
+        pos = end + 2
+        head, _, data = event.partition(b"\ndata: ")
+        if not head.startswith(b"event: "):
+            continue
+        e = json.loads(data)
+        assert e["type"] == head[7:].decode() and e["type"] != "error", e
+        if e["type"] == "content_block_start":
+            block = e["content_block"]
+            kinds[e["index"]] = block["type"]
+            if block["type"] == "tool_use":
+                msg["calls"][e["index"]] = {"name": block["name"], "arguments": ""}
+        elif e["type"] == "content_block_delta":
+            d = e["delta"]
+            if d["type"] == "thinking_delta":
+                msg["reasoning"] += d["thinking"]
+            elif d["type"] == "text_delta":
+                msg["content"] += d["text"]
+            elif d["type"] == "input_json_delta":
+                msg["calls"][e["index"]]["arguments"] += d["partial_json"]
+            else:
+                continue
+            times.append(arrival(r, marks, end - 1))
+        elif e["type"] == "message_delta":
+            msg["finish"] = e["delta"]["stop_reason"]
+        elif e["type"] == "message_stop":
+            msg["done"] = True
+    return msg, times
+
+
 def read_engine(r: Response) -> tuple[list[int], list[float]]:
     status, body, marks = dechunk(r)
     if status != 200:
@@ -487,6 +526,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="500-token answers, streams 1 and 32")
     ap.add_argument("--no-ceiling", action="store_true", help="skip the direct-to-engine runs")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra argument for chatsieve serve")
+    ap.add_argument(
+        "--routes", default="chat,messages", help="routes to measure: chat (completions), messages (Anthropic)"
+    )
     args = ap.parse_args()
     if args.quick:
         args.tokens, args.streams = 500, "1,32"
@@ -527,16 +569,19 @@ def main() -> None:
             assert got == ids, "the stand-in engine sent the wrong ids"
             return times
 
-        def check_chat(r: Response) -> list[float]:
-            msg, times = read_chat(r)
-            assert msg["done"], "no data: [DONE]"
-            assert msg["reasoning"] == (expected.reasoning or ""), "reasoning differs from batch parsing"
-            assert msg["content"] == (expected.content or ""), "content differs from batch parsing"
-            calls = [msg["calls"][k] for k in sorted(msg["calls"])]
-            want = [{"name": c.name, "arguments": c.arguments} for c in expected.tool_calls]
-            assert calls == want, "tool calls differ from batch parsing"
-            assert msg["finish"] == "tool_calls", msg["finish"]
-            return times
+        def checker(read, finish):
+            def check(r: Response) -> list[float]:
+                msg, times = read(r)
+                assert msg["done"], "the stream did not end ([DONE] / message_stop)"
+                assert msg["reasoning"] == (expected.reasoning or ""), "reasoning differs from batch parsing"
+                assert msg["content"] == (expected.content or ""), "content differs from batch parsing"
+                calls = [msg["calls"][k] for k in sorted(msg["calls"])]
+                want = [{"name": c.name, "arguments": c.arguments} for c in expected.tool_calls]
+                assert calls == want, "tool calls differ from batch parsing"
+                assert msg["finish"] == finish, msg["finish"]
+                return times
+
+            return check
 
         engine_body = json.dumps({"prompt": [1, 2, 3], "stream": True}).encode()
         if not args.no_ceiling:
@@ -566,6 +611,23 @@ def main() -> None:
                 "chat_template_kwargs": {"enable_thinking": True},
             }
         ).encode()
+        messages_body = json.dumps(
+            {
+                "model": MODEL,
+                "max_tokens": args.tokens + 1000,
+                "messages": [{"role": "user", "content": "Write the notes file."}],
+                "tools": [
+                    {"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS
+                ],
+                "stream": True,
+                "thinking": {"type": "enabled", "budget_tokens": args.tokens},
+            }
+        ).encode()
+        routes = {
+            "chat": ("chatsieve serve", "/v1/chat/completions", chat_body, checker(read_chat, "tool_calls")),
+            "messages": ("serve /v1/messages", "/v1/messages", messages_body, checker(read_messages, "tool_use")),
+        }
+        routes = {k: routes[k] for k in args.routes.split(",")}
         for w in workers:
             port = free_port()
             cmd = [
@@ -592,25 +654,26 @@ def main() -> None:
             server = subprocess.Popen(cmd, env=env, cwd=ROOT)
             try:
                 wait_up(port, server)
-                # one request to warm up each worker's connection pool and caches
-                asyncio.run(load(port, "/v1/chat/completions", chat_body, w, w))
-                for n in streams:
-                    rows.append(
-                        measure(
-                            "chatsieve serve",
-                            w,
-                            n,
-                            max(args.requests, n),
-                            port,
-                            "/v1/chat/completions",
-                            chat_body,
-                            check_chat,
-                            server.pid,
-                            engine_port,
-                            len(ids),
+                for target, path, body, check in routes.values():
+                    # one request to warm up each worker's connection pool and caches
+                    asyncio.run(load(port, path, body, w, w))
+                    for n in streams:
+                        rows.append(
+                            measure(
+                                target,
+                                w,
+                                n,
+                                max(args.requests, n),
+                                port,
+                                path,
+                                body,
+                                check,
+                                server.pid,
+                                engine_port,
+                                len(ids),
+                            )
                         )
-                    )
-                    print_rows(rows[-1:], header=len(rows) == 1)
+                        print_rows(rows[-1:], header=len(rows) == 1)
             finally:
                 stop(server)
     finally:

@@ -576,6 +576,17 @@ def _reasoning_end(spec: FormatSpec, thinking: bool | None) -> str | None:
     return spec.reasoning_close[0] if spec.reasoning_open and spec.reasoning_close else None
 
 
+def reasoning_close(format: str | FormatSpec, thinking: bool | None) -> str | None:
+    """What closes `format`'s reasoning and opens the next part of the answer, when thinking is on
+    (a reasoning budget writes it where the budget ends); None when there is no such marker."""
+    spec = get_format(format)
+    end = _reasoning_end(spec, thinking)
+    prefix = _answer_prefix(spec)
+    if end is None or prefix is None:
+        return end
+    return end + prefix.split("<|channel|>")[0]  # gpt-oss: the next message opens; the model picks its channel
+
+
 def _answer_prefix(spec: FormatSpec) -> str | None:
     entry = _REASONING_THEN_ANSWER.get(spec.name)
     return entry[1] if entry else None

@@ -21,9 +21,11 @@ Sans-I/O like the rest of chatsieve. Mapping onto the shared machinery (protocol
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -636,6 +638,23 @@ def _input(parts: list[str]) -> dict:
     return value if isinstance(value, dict) else {"_arguments": value}
 
 
+def model_entry(name: str, created: int) -> dict:
+    """A model as Anthropic's ``GET /v1/models`` lists it."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
+    return {"type": "model", "id": name, "display_name": name, "created_at": stamp}
+
+
+def models_page(names: Iterable[str], created: int) -> dict:
+    """Anthropic's ``GET /v1/models`` body: every name, on one page."""
+    data = [model_entry(n, created) for n in names]
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
+
+
 # ---------------------------------------------------------------- the protocol object
 
 
@@ -649,7 +668,11 @@ class AnthropicMessages:
         return parse_messages_request(body, limits)
 
     def parse_count_tokens(self, body: Any, limits: RequestLimits) -> MessagesRequest:
-        return parse_messages_request(body, limits, count_tokens=True)
+        """The request as rendered for a generation, without what only steers decoding: the
+        tool choice becomes the tools it renders (so no grammar is planned for a count)."""
+        parsed = parse_messages_request(body, limits, count_tokens=True)
+        chat = dataclasses.replace(parsed.chat, tools=parsed.chat.prompt_tools, tool_choice=ToolChoice("auto"))
+        return dataclasses.replace(parsed, chat=chat)
 
     def encoder(self, request: ParsedRequest, info: ResponseInfo) -> MessageStream:
         return MessageStream(info)

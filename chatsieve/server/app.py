@@ -35,7 +35,8 @@ from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.call_list import CallListParser
-from chatsieve.events import Event
+from chatsieve.events import ContentDelta, Event, ToolCallStart
+from chatsieve.grammar import reasoning_close
 from chatsieve.preparation import (
     check_vocabulary_bounds,
     model_context_length,
@@ -43,7 +44,7 @@ from chatsieve.preparation import (
     render_request_prompt,
 )
 from chatsieve.prompt import load_chat_template
-from chatsieve.protocols.anthropic import ANTHROPIC
+from chatsieve.protocols.anthropic import ANTHROPIC, model_entry, models_page
 from chatsieve.protocols.common import (
     ChatRequest,
     ClientProtocol,
@@ -365,6 +366,10 @@ class ChatService:
         gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
         gen.vocab_size = self.vocab_size
         gen.metrics = self.metrics
+        close = reasoning_close(self.config.format, req.thinking) if req.reasoning_budget else None
+        if close is not None:  # a family without a closing marker cannot be cut: the budget is not enforced
+            gen.reasoning_budget = req.reasoning_budget
+            gen.budget_close_ids = self.tokenizer.encode(close)
         return gen
 
 
@@ -389,6 +394,13 @@ class Generation:
         self.vocab_size: int | None = None  # ids at or above it are an engine fault
         self.reasoning_end_id: int | None = None  # two phases: reasoning, then the constrained answer
         self.answer_prefix_ids: list[int] = []  # written between the two (gpt-oss: the final channel)
+        self.reasoning_budget: int | None = None  # reasoning tokens before the reasoning is closed here
+        self.budget_close_ids: list[int] = []  # what closes it (the family's marker)
+        # tokens fed before the first content or call: what the budget counts (content the parser
+        # still holds counts too, so this is no exact reasoning count for usage)
+        self.reasoning_tokens = 0
+        self._past_reasoning = False  # content or a call came
+        self._budget_hit = False
         self._engine_finish: str | None = None
         self.request_id = ""
         self.metrics: Metrics | None = None
@@ -399,7 +411,9 @@ class Generation:
 
         With `reasoning_end_id` (a constraint the engine cannot combine with reasoning), two
         engine requests make one answer: unconstrained up to the reasoning's end token, then
-        constrained from the prompt plus that reasoning; usage counts both."""
+        constrained from the prompt plus that reasoning; usage counts both. A `reasoning_budget`
+        that runs out before the reasoning ends does the same: the first request is cancelled
+        there, the family's closing marker written, and a second request goes on from it."""
         m = self.metrics
         if m is not None:
             m.in_flight.inc()
@@ -421,8 +435,13 @@ class Generation:
                                         stop_token_ids=(*self.request.stop_token_ids, end_id))
         async for events in self._run(first, produced):
             yield events
-        if end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
-            if not produced or produced[-1] != end_id:  # an engine that trims the stop token it hit
+        if self._budget_hit and end_id is None:  # the reasoning budget ran out: close it, then go on
+            produced.extend(self.budget_close_ids)
+            events = self.parser.feed(token_ids=list(self.budget_close_ids))
+            if events:
+                yield self.calls.apply(events)
+        if self._budget_hit or end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
+            if end_id is not None and (not produced or produced[-1] != end_id):  # trimmed, or cut by the budget
                 produced.append(end_id)
                 events = self.parser.feed(token_ids=[end_id])
                 if events:
@@ -470,6 +489,17 @@ class Generation:
                         f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
                         f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
                     )
+                if ids and self.reasoning_budget is not None and not (self._past_reasoning or self._budget_hit):
+                    room = self.reasoning_budget - self.reasoning_tokens
+                    if len(ids) > room:  # the budget ends in this batch: feed up to it, then see
+                        head = self._feed(ids[:room], lps[:room] if lps is not None else None)
+                        produced.extend(ids[:room])
+                        if head:
+                            yield self.calls.apply(head)
+                        if not self._past_reasoning:
+                            self._budget_hit = True
+                            break  # closing the stream cancels the engine request
+                        ids, lps = ids[room:], lps[room:] if lps is not None else None
                 produced.extend(ids)
                 if ids:
                     events = self._feed(ids, lps)
@@ -494,13 +524,21 @@ class Generation:
         the engine sent past the stop (however it batched them) are not counted."""
         if len(ids) == 1 or not self.parser.stopped and not self.parser.stop_strings:
             self.completion_tokens += len(ids)
-            return self.parser.feed(token_ids=list(ids), logprobs=list(lps) if lps is not None else None)
-        events: list[Event] = []
-        for k, token in enumerate(ids):
-            if self.parser.stopped:
-                break
-            self.completion_tokens += 1
-            events += self.parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
+            events = self.parser.feed(token_ids=list(ids), logprobs=list(lps) if lps is not None else None)
+        else:
+            events = []
+            for k, token in enumerate(ids):
+                if self.parser.stopped:
+                    break
+                self.completion_tokens += 1
+                events += self.parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
+        if not self._past_reasoning:
+            self.reasoning_tokens += len(ids)
+            for e in events:
+                t = type(e)
+                if t is ContentDelta or t is ToolCallStart:
+                    self._past_reasoning = True
+                    break
         return events
 
     @property
@@ -690,6 +728,8 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             token_bytes=service.token_bytes,
         )
         headers = dict(parsed.headers)
+        if headers:
+            log.info("%s %s", gen.request_id, ", ".join(f"{k}: {v}" for k, v in headers.items()))
         if parsed.chat.stream:
             encoder = protocol.encoder(parsed, info)
             return EventStreamResponse(
@@ -713,26 +753,29 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         return JSONResponse({"input_tokens": gen.prompt_tokens}, headers=dict(parsed.headers))
 
     async def models(request: Request) -> Response:
+        names = [service.model, *config.model_aliases]
+        if "anthropic-version" in request.headers:  # the anthropic SDK's client.models.list()
+            return JSONResponse(models_page(names, service.created))
         return JSONResponse(
             {
                 "object": "list",
                 "data": [
-                    {
-                        "id": service.model,
-                        "object": "model",
-                        "created": service.created,
-                        "owned_by": "chatsieve",
-                    }
+                    {"id": name, "object": "model", "created": service.created, "owned_by": "chatsieve"}
+                    for name in names
                 ],
             }
         )
 
     async def model(request: Request) -> Response:
-        if request.path_params["model"] != service.model:
-            raise HTTPException(404, f"the model {request.path_params['model']!r} does not exist")
-        return JSONResponse(
-            {"id": service.model, "object": "model", "created": service.created, "owned_by": "chatsieve"}
-        )
+        name = request.path_params["model"]
+        anthropic_client = "anthropic-version" in request.headers
+        try:
+            service.check_model(name)
+        except RequestError as e:
+            return error_response(ANTHROPIC if anthropic_client else OPENAI_CHAT, e)
+        if anthropic_client:
+            return JSONResponse(model_entry(name, service.created))
+        return JSONResponse({"id": name, "object": "model", "created": service.created, "owned_by": "chatsieve"})
 
     async def health(request: Request) -> Response:
         # Liveness: this process answers (200) whatever the engine's state, which it reports.

@@ -8,8 +8,9 @@ concurrent streams with `--workers` 1 and 2. For each run it prints tokens/s, th
 server's CPU µs per token (user + system time of the server process tree), p50/p99 gap
 between updates the client receives (inter-token latency), p50/p99 time to first token,
 engine connections opened per request and TIME_WAIT sockets left towards the engine; the
-same client straight against the stand-in is the ceiling. Every response is checked
-against batch parsing of the same ids; a wrong one stops the benchmark.
+same client straight against the stand-in is the ceiling. `--routes` loads chat completions
+and the Responses API (`/v1/responses`) on the same server, for comparison. Every response is
+checked against batch parsing of the same ids; a wrong one stops the benchmark.
 
     CHATSIEVE_MODELS=../shared/models python bench/bench_server.py [--quick] [--streams 1,32]
 
@@ -292,6 +293,42 @@ def read_chat(r: Response) -> tuple[dict, list[float]]:
     return msg, times
 
 
+def read_responses(r: Response) -> tuple[dict, list[float]]:
+    """The streamed Responses output (as read_chat's message) and the arrival times of the
+    events that carried output."""
+    status, body, marks = dechunk(r)
+    if status != 200:
+        raise AssertionError(f"HTTP {status}: {body[:300]!r}")
+    msg = {"reasoning": "", "content": "", "calls": {}, "finish": None, "done": False}
+    names: dict[str, str] = {}
+    times = []
+    pos = 0
+    for event in body.split(b"\n\n"):
+        end = pos + len(event)
+        pos = end + 2
+        _, _, data = event.partition(b"\ndata: ")
+        if not data:
+            continue
+        e = json.loads(data)
+        kind = e["type"]
+        assert kind not in ("error", "response.failed"), e
+        if kind == "response.output_item.added" and e["item"]["type"] == "function_call":
+            names[e["item"]["id"]] = e["item"]["name"]
+            msg["calls"][len(msg["calls"])] = {"name": e["item"]["name"], "arguments": ""}
+        elif kind.endswith(".delta"):
+            if kind == "response.reasoning_text.delta":
+                msg["reasoning"] += e["delta"]
+            elif kind == "response.output_text.delta":
+                msg["content"] += e["delta"]
+            elif kind == "response.function_call_arguments.delta":
+                msg["calls"][len(msg["calls"]) - 1]["arguments"] += e["delta"]
+            times.append(arrival(r, marks, end - 1))
+        elif kind == "response.completed":
+            msg["done"] = True
+            msg["finish"] = "tool_calls" if names else "stop"
+    return msg, times
+
+
 def read_engine(r: Response) -> tuple[list[int], list[float]]:
     status, body, marks = dechunk(r)
     if status != 200:
@@ -487,6 +524,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="500-token answers, streams 1 and 32")
     ap.add_argument("--no-ceiling", action="store_true", help="skip the direct-to-engine runs")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra argument for chatsieve serve")
+    ap.add_argument(
+        "--routes",
+        default="chat,responses",
+        help="routes to load, comma-separated: chat (/v1/chat/completions), responses (/v1/responses)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.tokens, args.streams = 500, "1,32"
@@ -527,9 +569,9 @@ def main() -> None:
             assert got == ids, "the stand-in engine sent the wrong ids"
             return times
 
-        def check_chat(r: Response) -> list[float]:
-            msg, times = read_chat(r)
-            assert msg["done"], "no data: [DONE]"
+        def check_chat(r: Response, read=read_chat) -> list[float]:
+            msg, times = read(r)
+            assert msg["done"], "no data: [DONE] (or response.completed)"
             assert msg["reasoning"] == (expected.reasoning or ""), "reasoning differs from batch parsing"
             assert msg["content"] == (expected.content or ""), "content differs from batch parsing"
             calls = [msg["calls"][k] for k in sorted(msg["calls"])]
@@ -566,6 +608,21 @@ def main() -> None:
                 "chat_template_kwargs": {"enable_thinking": True},
             }
         ).encode()
+        responses_body = json.dumps(
+            {
+                "model": MODEL,
+                "input": "Write the notes file.",
+                "tools": [{"type": "function", **t["function"]} for t in TOOLS],
+                "stream": True,
+                "store": False,  # as Codex sends it: no database write per request
+                "reasoning": {"effort": "high"},  # thinking on, as the chat body asks
+            }
+        ).encode()
+        routes = {
+            "chat": ("/v1/chat/completions", chat_body, check_chat),
+            "responses": ("/v1/responses", responses_body, lambda r: check_chat(r, read_responses)),
+        }
+        chosen = [routes[name] for name in args.routes.split(",")]
         for w in workers:
             port = free_port()
             cmd = [
@@ -594,23 +651,24 @@ def main() -> None:
                 wait_up(port, server)
                 # one request to warm up each worker's connection pool and caches
                 asyncio.run(load(port, "/v1/chat/completions", chat_body, w, w))
-                for n in streams:
-                    rows.append(
-                        measure(
-                            "chatsieve serve",
-                            w,
-                            n,
-                            max(args.requests, n),
-                            port,
-                            "/v1/chat/completions",
-                            chat_body,
-                            check_chat,
-                            server.pid,
-                            engine_port,
-                            len(ids),
+                for path, body, check in chosen:
+                    for n in streams:
+                        rows.append(
+                            measure(
+                                f"serve {path}",
+                                w,
+                                n,
+                                max(args.requests, n),
+                                port,
+                                path,
+                                body,
+                                check,
+                                server.pid,
+                                engine_port,
+                                len(ids),
+                            )
                         )
-                    )
-                    print_rows(rows[-1:], header=len(rows) == 1)
+                        print_rows(rows[-1:], header=len(rows) == 1)
             finally:
                 stop(server)
     finally:

@@ -312,8 +312,7 @@ def test_stream_order_and_sdk_accumulation():
         "response.in_progress",
         "response.output_item.added",
         "response.content_part.added",
-        "response.reasoning_text.delta",
-        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",  # the batch's two reasoning deltas, merged
         "response.reasoning_text.done",
         "response.content_part.done",
         "response.output_item.done",
@@ -330,6 +329,7 @@ def test_stream_order_and_sdk_accumulation():
         "response.output_item.done",
         "response.completed",
     ]
+    assert events[4]["delta"] == "think more"
     final = sdk_final(events, req.tools)
     assert [o.type for o in final.output] == ["reasoning", "message", "function_call"]
     assert final.output[0].content[0].text == "think more"

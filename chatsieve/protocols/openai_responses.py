@@ -759,6 +759,9 @@ class ResponseStream:
         return self._take()
 
     def encode(self, events: Iterable[Event]) -> bytes:
+        """The SSE bytes for `events`; adjacent deltas of one item go out as one delta event."""
+        run: list[str] = []  # delta texts of `run_item` not yet sent
+        run_item: _Item | None = None
         for e in events:
             t = type(e)
             if t is ContentDelta or t is ReasoningDelta:
@@ -767,56 +770,72 @@ class ResponseStream:
                 kind = "message" if t is ContentDelta else "reasoning"
                 item = self._open
                 if item is None or item.kind != kind:
+                    self._delta(run_item, run)
                     item = self._open_item(kind)
-                item.parts.append(e.text)
-                if self.emit:
-                    name = (
-                        b"response.output_text.delta"
-                        if kind == "message"
-                        else b"response.reasoning_text.delta"
-                    )
-                    self._buf.append(
-                        b'event: %s\ndata: {"type":"%s","sequence_number":%d,"item_id":"%s","output_index":%d,'
-                        b'"content_index":0,"delta":%s%s}\n\n'
-                        % (
-                            name,
-                            name,
-                            self.seq,
-                            item.id.encode(),
-                            item.index,
-                            dumps(e.text),
-                            b',"logprobs":[]' if kind == "message" else b"",
-                        )
-                    )
-                self.seq += 1
-            elif t is ToolCallStart:
-                self._close_open()
-                item = self._new_item("function_call", "fc", e.id, e.name)
-                self._calls[e.index] = item
-                self._open = item
-                self.calls += 1
-                self._event(
-                    "response.output_item.added",
-                    {"output_index": item.index, "item": self._call_item(item, "in_progress")},
-                )
+                text = e.text
             elif t is ToolCallArgsDelta:
                 item = self._calls.get(e.index)
                 if item is None or not e.json_text:
                     continue
-                item.parts.append(e.json_text)
-                if self.emit:
-                    self._buf.append(
-                        b'event: response.function_call_arguments.delta\ndata: {"type":'
-                        b'"response.function_call_arguments.delta","sequence_number":%d,"item_id":"%s",'
-                        b'"output_index":%d,"delta":%s}\n\n'
-                        % (self.seq, item.id.encode(), item.index, dumps(e.json_text))
+                text = e.json_text
+            else:
+                self._delta(run_item, run)
+                if t is ToolCallStart:
+                    self._close_open()
+                    call = self._new_item("function_call", "fc", e.id, e.name)
+                    self._calls[e.index] = call
+                    self._open = call
+                    self.calls += 1
+                    self._event(
+                        "response.output_item.added",
+                        {"output_index": call.index, "item": self._call_item(call, "in_progress")},
                     )
-                self.seq += 1
-            elif t is ToolCallEnd:
-                item = self._calls.pop(e.index, None)
-                if item is not None:
-                    self._close_call(item, "incomplete" if e.incomplete else "completed")
+                elif t is ToolCallEnd:
+                    done = self._calls.pop(e.index, None)
+                    if done is not None:
+                        self._close_call(done, "incomplete" if e.incomplete else "completed")
+                continue
+            if item is not run_item:
+                self._delta(run_item, run)
+                run_item = item
+            item.parts.append(text)
+            run.append(text)
+        self._delta(run_item, run)
         return self._take()
+
+    def _delta(self, item: _Item | None, run: list[str]) -> None:
+        """One delta event for `item` carrying the texts in `run` (then emptied)."""
+        if not run or item is None:
+            return
+        if self.emit:
+            text = dumps(run[0] if len(run) == 1 else "".join(run))
+            if item.kind == "function_call":
+                self._buf.append(
+                    b'event: response.function_call_arguments.delta\ndata: {"type":'
+                    b'"response.function_call_arguments.delta","sequence_number":%d,"item_id":"%s",'
+                    b'"output_index":%d,"delta":%s}\n\n' % (self.seq, item.id.encode(), item.index, text)
+                )
+            else:
+                name = (
+                    b"response.output_text.delta"
+                    if item.kind == "message"
+                    else b"response.reasoning_text.delta"
+                )
+                self._buf.append(
+                    b'event: %s\ndata: {"type":"%s","sequence_number":%d,"item_id":"%s","output_index":%d,'
+                    b'"content_index":0,"delta":%s%s}\n\n'
+                    % (
+                        name,
+                        name,
+                        self.seq,
+                        item.id.encode(),
+                        item.index,
+                        text,
+                        b',"logprobs":[]' if item.kind == "message" else b"",
+                    )
+                )
+        self.seq += 1
+        run.clear()
 
     def _new_item(self, kind: str, prefix: str, call_id: str = "", name: str = "") -> _Item:
         item = _Item(kind, len(self._index), _item_id(prefix), call_id, name)

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from agents import CODEX, agent_binary
+from agent_cli import CODEX, agent_binary
 from fake_engines import FakeEngine, Script, ServerThread, spelled
 from test_server_agent_loop import FAMILIES, _tokenizer
 

@@ -127,6 +127,7 @@ LONG = " ".join(f"word{i}" for i in range(40))
 def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
     plays = {
         f"[single:{name}]": w.out(calls=(PARIS,)),
+        f"[agent:{name}]": w.out(calls=(PARIS,)),
         f"[parallel:{name}]": w.out(calls=(PARIS, LONDON) if w.parallel else (PARIS,)),
         f"[text-call:{name}]": w.out(text="Let me check.", calls=(PARIS,)),
         f"[reason:{name}]": w.out(reasoning=REASONING, text="Hi there."),
@@ -365,3 +366,37 @@ def test_left_out_tools_are_named(served):
     with httpx.stream("POST", url + "/v1/responses", json={**body, "stream": True}, timeout=60) as s:
         assert s.headers[LEFT_OUT_HEADER] == "web_search, custom:apply_patch"
         s.read()
+
+
+@pytest.mark.parametrize("chained", [False, True], ids=["resend", "previous_response_id"])
+def test_agents_sdk_tool_loop(served, chained):
+    """The Agents SDK with its default model (Responses) runs call -> tool -> answer."""
+    import agents  # openai-agents, in the dev extra
+    from openai.types.shared import Reasoning
+
+    name, url, engine = served
+    agents.set_tracing_disabled(True)
+    ran: list[str] = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        ran.append(city)
+        return f"{RESULT} for {name}"
+
+    model = agents.OpenAIResponsesModel(
+        model=MODEL, openai_client=openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    )
+    agent = agents.Agent(
+        name="weather",
+        instructions="Answer with the weather.",
+        tools=[get_weather],
+        model=model,
+        model_settings=agents.ModelSettings(reasoning=Reasoning(effort="none"), store=chained),
+    )
+    result = agents.Runner.run_sync(
+        agent, f"[agent:{name}] Weather in Paris?", auto_previous_response_id=chained
+    )
+    assert ran == ["Paris"] and result.final_output == ANSWER
+    prompt = engine.decode(engine.requests[-1][1]["prompt"])
+    assert f"{RESULT} for {name}" in prompt.split(f"[agent:{name}]", 1)[1]

@@ -209,6 +209,11 @@ class StreamParser:
         return self._stops is not None and self._stops.stopped
 
     @property
+    def stop_strings(self) -> bool:
+        """Whether stop strings are matched (an output may then end inside a batch of ids)."""
+        return self._stops is not None and bool(self._stops._stops)
+
+    @property
     def stop_sequence(self) -> str | None:
         """The stop string that ended the output, if one did (not a stop token)."""
         reason = self._stops.stop_reason if self._stops is not None else None

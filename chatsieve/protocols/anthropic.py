@@ -9,8 +9,8 @@ Sans-I/O like the rest of chatsieve. Mapping onto the shared machinery (protocol
   the turn's ``reasoning_content``, rendered where the template takes it); ``redacted_thinking``
   carries no text and is dropped; ``image``, ``document`` and every other block are a 400.
 - ``tools`` (custom: ``name``, ``description``, ``input_schema``) become functions; tool types
-  hosted by Anthropic are a 400, except those Claude Code sends by default (`LEFT_OUT_TOOL_TYPES`),
-  which are left out of the prompt and named in the ``x-chatsieve-tools-left-out`` header.
+  hosted by Anthropic are a 400, except its tool search (`LEFT_OUT_TOOL_TYPES`: every tool is
+  rendered anyway), left out of the prompt and named in the ``x-chatsieve-tools-left-out`` header.
 - ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none`` -> ``auto`` / ``required`` / named /
   ``none``; ``disable_parallel_tool_use`` -> ``parallel_tool_calls: false``.
 - ``thinking`` ``enabled`` / ``disabled`` -> the template's thinking switch on / off (``adaptive``
@@ -49,9 +49,11 @@ from chatsieve.protocols.common import (
 
 PING_INTERVAL = 10.0  # seconds of engine silence before a ``ping`` event
 
-# Tool types Anthropic runs itself that Claude Code sends by default: left out of the prompt
-# (there is no such tool here), named in the LEFT_OUT_HEADER of the response.
-LEFT_OUT_TOOL_TYPES = ("web_search_", "tool_search_tool_")
+# Tool types Anthropic runs itself that can be left out without losing a tool: its tool search
+# (every tool, deferred or not, is rendered into the prompt here). Left out of the prompt and
+# named in the LEFT_OUT_HEADER of the response; every other hosted type is a 400. (Claude Code
+# 2.1.328 sends no hosted tool to a custom ANTHROPIC_BASE_URL, with or without --tools.)
+LEFT_OUT_TOOL_TYPES = ("tool_search_tool_",)
 LEFT_OUT_HEADER = "x-chatsieve-tools-left-out"
 
 ERROR_TYPES = {
@@ -66,6 +68,9 @@ ERROR_TYPES = {
     503: "overloaded_error",
     529: "overloaded_error",
 }
+
+# The templates' thinking switches (Qwen3, GLM, Gemma 4: enable_thinking; DeepSeek V3.1/V3.2: thinking)
+THINKING_SWITCHES = ("enable_thinking", "thinking")
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}
 _TEXT_BLOCKS = frozenset({"text"})
@@ -391,7 +396,7 @@ def _thinking(value: Any, kwargs: dict, max_tokens: int | None) -> int | None:
     if kind == "adaptive":
         return None
     if kind == "disabled":
-        kwargs["enable_thinking"] = False
+        kwargs.update(dict.fromkeys(THINKING_SWITCHES, False))
         return None
     if kind != "enabled":
         raise RequestError(
@@ -407,7 +412,7 @@ def _thinking(value: Any, kwargs: dict, max_tokens: int | None) -> int | None:
             f"thinking.budget_tokens ({budget}) must be less than max_tokens ({max_tokens})",
             param="thinking.budget_tokens",
         )
-    kwargs["enable_thinking"] = True
+    kwargs.update(dict.fromkeys(THINKING_SWITCHES, True))
     return budget
 
 

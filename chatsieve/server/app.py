@@ -389,11 +389,8 @@ class Generation:
                         f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
                         f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
                     )
-                self.completion_tokens += len(ids)
                 if ids:
-                    events = self.parser.feed(
-                        token_ids=list(ids), logprobs=list(lps) if lps is not None else None
-                    )
+                    events = self._feed(ids, lps)
                     if events:
                         yield self.calls.apply(events)
                 if batch.finish_reason:
@@ -410,6 +407,20 @@ class Generation:
         yield events
         if self.calls.dropped:
             log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
+
+    def _feed(self, ids: list[int], lps: list | None) -> list[Event]:
+        """Feed a batch of ids and count them; with stop strings, one by one, so that the tokens
+        the engine sent past the stop (however it batched them) are not counted."""
+        if len(ids) == 1 or not self.parser.stopped and not self.parser.stop_strings:
+            self.completion_tokens += len(ids)
+            return self.parser.feed(token_ids=list(ids), logprobs=list(lps) if lps is not None else None)
+        events: list[Event] = []
+        for k, token in enumerate(ids):
+            if self.parser.stopped:
+                break
+            self.completion_tokens += 1
+            events += self.parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
+        return events
 
     @property
     def finish_reason(self) -> str:

@@ -135,7 +135,10 @@ def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
         f"[json:{name}]": w.out(text='{"city": "Paris", "temp": 18}'),
         f"{RESULT} for {name}": w.out(text=ANSWER),
     }
-    return {key: Script(encode(text), batch=3) for key, text in plays.items()}
+    scripts = {key: Script(encode(text), batch=3) for key, text in plays.items()}
+    scripts[f"[fail-mid:{name}]"] = Script(encode(w.out(text=LONG)), batch=3, fail="error_event")
+    scripts[f"[fail-now:{name}]"] = Script(encode(w.out(text=LONG)), fail="status")
+    return scripts
 
 
 @pytest.fixture(scope="module", params=sorted(WRITERS))
@@ -400,3 +403,19 @@ def test_agents_sdk_tool_loop(served, chained):
     assert ran == ["Paris"] and result.final_output == ANSWER
     prompt = engine.decode(engine.requests[-1][1]["prompt"])
     assert f"{RESULT} for {name}" in prompt.split(f"[agent:{name}]", 1)[1]
+
+
+def test_engine_failure_mid_stream_is_an_error_event_then_failed(served):
+    name, url, _ = served
+    c = client(url)
+    with c.responses.stream(model=MODEL, input=f"[fail-mid:{name}] talk", reasoning=OFF) as s:
+        events = list(s)
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-2:] == ["error", "response.failed"]
+    assert events[-2].code == "backend_error" and "request id req-" in events[-2].message
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.code == "server_error"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    with pytest.raises(openai.APIStatusError) as info:  # whole: the error body, 502
+        c.responses.create(model=MODEL, input=f"[fail-now:{name}] talk", reasoning=OFF)
+    assert info.value.status_code == 502 and info.value.body["code"] == "backend_error"

@@ -11,6 +11,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import openai
@@ -19,6 +20,7 @@ from fake_engines import FakeEngine, Script, ServerThread
 from test_server_agent_loop import FAMILIES as LOOP_FAMILIES
 from test_server_agent_loop import Family, _tokenizer
 
+from chatsieve import formats
 from chatsieve.protocols.openai_responses import LEFT_OUT_HEADER
 from chatsieve.server.app import ServerConfig, create_app
 
@@ -135,6 +137,12 @@ def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
         f"[json:{name}]": w.out(text='{"city": "Paris", "temp": 18}'),
         f"{RESULT} for {name}": w.out(text=ANSWER),
     }
+    # Codex's real requests (tests/data/codex): its task, then the command's output; the family's
+    # default thinking holds (Codex sends no effort), so the reasoning block follows it
+    thinks = formats.get(FAMILY_ROWS[name].format).default_thinking
+    shell = ("exec_command", {"cmd": "echo hi > out.txt"})
+    plays["Write hi to out.txt"] = w.out(reasoning="Run it." if thinks else None, calls=(shell,))
+    plays["Process exited with code 0"] = w.out(reasoning="It ran." if thinks else None, text=ANSWER)
     scripts = {key: Script(encode(text), batch=3) for key, text in plays.items()}
     scripts[f"[fail-mid:{name}]"] = Script(encode(w.out(text=LONG)), batch=3, fail="error_event")
     scripts[f"[fail-now:{name}]"] = Script(encode(w.out(text=LONG)), fail="status")
@@ -419,3 +427,34 @@ def test_engine_failure_mid_stream_is_an_error_event_then_failed(served):
     with pytest.raises(openai.APIStatusError) as info:  # whole: the error body, 502
         c.responses.create(model=MODEL, input=f"[fail-now:{name}] talk", reasoning=OFF)
     assert info.value.status_code == 502 and info.value.body["code"] == "backend_error"
+
+
+@pytest.mark.parametrize("turn", [1, 2])
+def test_codex_request_bodies(served, turn):
+    """What Codex 0.169 sent (recorded), posted as it was: rendered by each family's template
+    and answered as the stream Codex reads."""
+    name, url, engine = served
+    body = json.loads(
+        (Path(__file__).parent / "data" / "codex" / f"responses_request_turn{turn}.json").read_text()
+    )
+    body["model"] = MODEL
+    with httpx.stream("POST", url + "/v1/responses", json=body, timeout=60) as r:
+        assert r.status_code == 200 and r.headers[LEFT_OUT_HEADER] == "web_search"
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "response.completed"
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    if turn == 1:
+        (call,) = [i for i in done if i["type"] == "function_call"]
+        assert call["name"] == "exec_command" and json.loads(call["arguments"]) == {
+            "cmd": "echo hi > out.txt"
+        }
+    else:
+        assert [i["content"][0]["text"] for i in done if i["type"] == "message"] == [ANSWER]
+        prompt = engine.decode(engine.requests[-1][1]["prompt"])
+        assert (
+            "<skills_instructions>" in prompt and "You are a coding agent" in prompt
+        )  # both developer messages
+        assert "echo hi > out.txt" in prompt and "Process exited with code 0" in prompt
+    assert events[-1]["response"]["store"] is False
+    with pytest.raises(openai.NotFoundError):  # store: false
+        client(url).responses.retrieve(events[-1]["response"]["id"])

@@ -354,7 +354,9 @@ def test_incomplete_closes_open_call_as_incomplete():
     assert last["type"] == "response.incomplete"
     assert last["response"]["status"] == "incomplete"
     assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert last["response"]["output"][-1]["status"] == "incomplete"
+    assert [o["status"] for o in last["response"]["output"]] == ["completed", "incomplete"]
+    _, cut, _ = _play([[ContentDelta("a long")]], finish="max_output_tokens")
+    assert cut.output[-1]["status"] == "incomplete"  # the message the output was cut in
     EVENT_MODELS["response.incomplete"].model_validate(last)
 
 
@@ -415,7 +417,11 @@ def _shape(output):
         return {k: v for k, v in p.items() if k != "parsed"}
 
     return [
-        {k: [part(p) for p in v] if k == "content" else v for k, v in item.items() if k not in ("id", "parsed_arguments")}
+        {
+            k: [part(p) for p in v] if k == "content" else v
+            for k, v in item.items()
+            if k not in ("id", "parsed_arguments")
+        }
         for item in output
     ]
 

@@ -382,7 +382,7 @@ def _item(it: Any, param: str) -> dict:
         call_id = _required_str(it, "call_id", param)
         output = it.get("output")
         if isinstance(output, list):
-            output = "".join(_part(p, f"{param}.output[{j}]")["text"] for j, p in enumerate(output))
+            output = "".join(_part_text(_part(p, f"{param}.output[{j}]")) for j, p in enumerate(output))
         if not isinstance(output, str):
             raise RequestError(
                 f"{param}.output must be a string or an array of text parts", param=f"{param}.output"
@@ -394,8 +394,7 @@ def _item(it: Any, param: str) -> dict:
             "output": output,
             "status": "completed",
         }
-    if kind == "reasoning":
-        texts = []
+    if kind == "reasoning":  # its text parts are checked; encrypted_content is ignored
         for key, part_type in (("content", "reasoning_text"), ("summary", "summary_text")):
             parts = it.get(key)
             if parts is None:
@@ -410,12 +409,11 @@ def _item(it: Any, param: str) -> dict:
                     )
         content = [{"type": "reasoning_text", "text": p["text"]} for p in it.get("content") or []]
         summary = [{"type": "summary_text", "text": p["text"]} for p in it.get("summary") or []]
-        texts = content or summary
         return {
             "id": _str(it, "id", param) or _item_id("rs"),
             "type": "reasoning",
             "summary": summary,
-            "content": content if texts else [],
+            "content": content,
         }
     if kind == "item_reference":
         raise RequestError(
@@ -736,7 +734,6 @@ class ResponseStream:
         self._calls: dict[int, _Item] = {}  # parser call index -> its open item
         self._buf: list[bytes] = []
         self._index: dict[str, int] = {}  # item id -> output_index
-        self.calls = 0
         self.final: dict | None = None
 
     # -- the wire
@@ -785,7 +782,6 @@ class ResponseStream:
                     call = self._new_item("function_call", "fc", e.id, e.name)
                     self._calls[e.index] = call
                     self._open = call
-                    self.calls += 1
                     self._event(
                         "response.output_item.added",
                         {"output_index": call.index, "item": self._call_item(call, "in_progress")},
@@ -871,7 +867,7 @@ class ResponseStream:
         )
         return item
 
-    def _close_open(self) -> None:
+    def _close_open(self, status: str = "completed") -> None:
         item, self._open = self._open, None
         if item is None or item.kind == "function_call":
             return  # calls close on their ToolCallEnd (or at finish)
@@ -883,7 +879,7 @@ class ResponseStream:
             done = {
                 "id": item.id,
                 "type": "message",
-                "status": "completed",
+                "status": status,
                 "role": "assistant",
                 "content": [part],
             }
@@ -895,7 +891,7 @@ class ResponseStream:
                 "type": "reasoning",
                 "summary": [],
                 "content": [part],
-                "status": "completed",
+                "status": status,
             }
         self._event("response.content_part.done", {**where, "part": part})
         self._done(item, done)
@@ -937,8 +933,9 @@ class ResponseStream:
             self.output.sort(key=lambda d: self._index[d["id"]])  # a call that ended after a later item
 
     def close_items(self, *, cut: bool = False) -> None:
-        """Close every open item (at the end of the output); `cut` marks unfinished calls incomplete."""
-        self._close_open()
+        """Close every open item (at the end of the output); `cut` (max_output_tokens) marks the
+        item the output was cut in, and unfinished calls, incomplete."""
+        self._close_open("incomplete" if cut else "completed")
         for index in sorted(self._calls):
             self._close_call(self._calls.pop(index), "incomplete" if cut else "completed")
 

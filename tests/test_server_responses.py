@@ -458,3 +458,31 @@ def test_codex_request_bodies(served, turn):
     assert events[-1]["response"]["store"] is False
     with pytest.raises(openai.NotFoundError):  # store: false
         client(url).responses.retrieve(events[-1]["response"]["id"])
+
+
+def test_readme_snippet_runs_as_written(tmp_path, capsys):
+    """README's Responses SDK snippet, run as written against a Qwen3 stand-in (its port only)."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = text.split("### OpenAI Responses API: `POST /v1/responses`", 1)[1].split("\n### ", 1)[0]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    w, tok = WRITERS["qwen3"], _tokenizer(FAMILY_ROWS["qwen3"])
+    scripts = {
+        "Weather in Paris?": w.out(reasoning="Look it up.", calls=(PARIS,)),  # thinking on: no effort sent
+        "<tool_response>\n18C, sunny": w.out(reasoning="Answer.", text=ANSWER),  # longer: wins
+        "Hi": w.out(text="Hello!"),  # effort none: thinking off
+    }
+    engine = FakeEngine(tok.decode, {k: Script(tok.encode(v), batch=2) for k, v in scripts.items()})
+    with ServerThread(engine.app) as eng:
+        cfg = ServerConfig(
+            model_dir=tmp_path,
+            format="qwen3",
+            backend_url=eng.url,
+            served_model_name="Qwen3-8B",
+            warm_up=False,
+        )
+        with ServerThread(create_app(cfg, tokenizer=tok)) as srv:
+            assert "http://127.0.0.1:8000/v1" in snippet
+            exec(
+                compile(snippet.replace("http://127.0.0.1:8000/v1", srv.url + "/v1"), "README.md", "exec"), {}
+            )
+    assert capsys.readouterr().out == f"{ANSWER}\nHello!"

@@ -8,9 +8,9 @@ concurrent streams with `--workers` 1 and 2. For each run it prints tokens/s, th
 server's CPU µs per token (user + system time of the server process tree), p50/p99 gap
 between updates the client receives (inter-token latency), p50/p99 time to first token,
 engine connections opened per request and TIME_WAIT sockets left towards the engine; the
-same client straight against the stand-in is the ceiling. `--routes` loads chat completions
-and the Responses API (`/v1/responses`) on the same server, for comparison. Every response is
-checked against batch parsing of the same ids; a wrong one stops the benchmark.
+same client straight against the stand-in is the ceiling. Each route is measured
+(`--routes`: OpenAI chat completions, Anthropic Messages, OpenAI Responses). Every response is checked
+against batch parsing of the same ids; a wrong one stops the benchmark.
 
     CHATSIEVE_MODELS=../shared/models python bench/bench_server.py [--quick] [--streams 1,32]
 
@@ -294,38 +294,72 @@ def read_chat(r: Response) -> tuple[dict, list[float]]:
 
 
 def read_responses(r: Response) -> tuple[dict, list[float]]:
-    """The streamed Responses output (as read_chat's message) and the arrival times of the
-    events that carried output."""
+    """The streamed Responses output (as read_chat's dict) and the arrival times of its deltas."""
     status, body, marks = dechunk(r)
     if status != 200:
         raise AssertionError(f"HTTP {status}: {body[:300]!r}")
     msg = {"reasoning": "", "content": "", "calls": {}, "finish": None, "done": False}
-    names: dict[str, str] = {}
-    times = []
-    pos = 0
+    times, pos = [], 0
     for event in body.split(b"\n\n"):
         end = pos + len(event)
         pos = end + 2
-        _, _, data = event.partition(b"\ndata: ")
-        if not data:
+        head, _, data = event.partition(b"\ndata: ")
+        if not head.startswith(b"event: "):
             continue
         e = json.loads(data)
         kind = e["type"]
-        assert kind not in ("error", "response.failed"), e
+        assert kind == head[7:].decode() and kind not in ("error", "response.failed"), e
         if kind == "response.output_item.added" and e["item"]["type"] == "function_call":
-            names[e["item"]["id"]] = e["item"]["name"]
-            msg["calls"][len(msg["calls"])] = {"name": e["item"]["name"], "arguments": ""}
+            msg["calls"][e["output_index"]] = {"name": e["item"]["name"], "arguments": ""}
         elif kind.endswith(".delta"):
             if kind == "response.reasoning_text.delta":
                 msg["reasoning"] += e["delta"]
             elif kind == "response.output_text.delta":
                 msg["content"] += e["delta"]
             elif kind == "response.function_call_arguments.delta":
-                msg["calls"][len(msg["calls"]) - 1]["arguments"] += e["delta"]
+                msg["calls"][e["output_index"]]["arguments"] += e["delta"]
             times.append(arrival(r, marks, end - 1))
         elif kind == "response.completed":
             msg["done"] = True
-            msg["finish"] = "tool_calls" if names else "stop"
+            msg["finish"] = "tool_calls" if msg["calls"] else "stop"
+    return msg, times
+
+
+def read_messages(r: Response) -> tuple[dict, list[float]]:
+    """The streamed Anthropic message (as read_chat's dict) and the arrival times of its deltas."""
+    status, body, marks = dechunk(r)
+    if status != 200:
+        raise AssertionError(f"HTTP {status}: {body[:300]!r}")
+    msg = {"reasoning": "", "content": "", "calls": {}, "finish": None, "done": False}
+    times, pos, kinds = [], 0, {}
+    for event in body.split(b"\n\n"):
+        end = pos + len(event)
+        pos = end + 2
+        head, _, data = event.partition(b"\ndata: ")
+        if not head.startswith(b"event: "):
+            continue
+        e = json.loads(data)
+        assert e["type"] == head[7:].decode() and e["type"] != "error", e
+        if e["type"] == "content_block_start":
+            block = e["content_block"]
+            kinds[e["index"]] = block["type"]
+            if block["type"] == "tool_use":
+                msg["calls"][e["index"]] = {"name": block["name"], "arguments": ""}
+        elif e["type"] == "content_block_delta":
+            d = e["delta"]
+            if d["type"] == "thinking_delta":
+                msg["reasoning"] += d["thinking"]
+            elif d["type"] == "text_delta":
+                msg["content"] += d["text"]
+            elif d["type"] == "input_json_delta":
+                msg["calls"][e["index"]]["arguments"] += d["partial_json"]
+            else:
+                continue
+            times.append(arrival(r, marks, end - 1))
+        elif e["type"] == "message_delta":
+            msg["finish"] = e["delta"]["stop_reason"]
+        elif e["type"] == "message_stop":
+            msg["done"] = True
     return msg, times
 
 
@@ -526,8 +560,8 @@ def main() -> None:
     ap.add_argument("--serve-arg", action="append", default=[], help="extra argument for chatsieve serve")
     ap.add_argument(
         "--routes",
-        default="chat,responses",
-        help="routes to load, comma-separated: chat (/v1/chat/completions), responses (/v1/responses)",
+        default="chat,messages,responses",
+        help="routes to measure: chat (completions), messages (Anthropic), responses (OpenAI Responses)",
     )
     args = ap.parse_args()
     if args.quick:
@@ -569,16 +603,19 @@ def main() -> None:
             assert got == ids, "the stand-in engine sent the wrong ids"
             return times
 
-        def check_chat(r: Response, read=read_chat) -> list[float]:
-            msg, times = read(r)
-            assert msg["done"], "no data: [DONE] (or response.completed)"
-            assert msg["reasoning"] == (expected.reasoning or ""), "reasoning differs from batch parsing"
-            assert msg["content"] == (expected.content or ""), "content differs from batch parsing"
-            calls = [msg["calls"][k] for k in sorted(msg["calls"])]
-            want = [{"name": c.name, "arguments": c.arguments} for c in expected.tool_calls]
-            assert calls == want, "tool calls differ from batch parsing"
-            assert msg["finish"] == "tool_calls", msg["finish"]
-            return times
+        def checker(read, finish):
+            def check(r: Response) -> list[float]:
+                msg, times = read(r)
+                assert msg["done"], "the stream did not end ([DONE] / message_stop)"
+                assert msg["reasoning"] == (expected.reasoning or ""), "reasoning differs from batch parsing"
+                assert msg["content"] == (expected.content or ""), "content differs from batch parsing"
+                calls = [msg["calls"][k] for k in sorted(msg["calls"])]
+                want = [{"name": c.name, "arguments": c.arguments} for c in expected.tool_calls]
+                assert calls == want, "tool calls differ from batch parsing"
+                assert msg["finish"] == finish, msg["finish"]
+                return times
+
+            return check
 
         engine_body = json.dumps({"prompt": [1, 2, 3], "stream": True}).encode()
         if not args.no_ceiling:
@@ -608,6 +645,18 @@ def main() -> None:
                 "chat_template_kwargs": {"enable_thinking": True},
             }
         ).encode()
+        messages_body = json.dumps(
+            {
+                "model": MODEL,
+                "max_tokens": args.tokens + 1000,
+                "messages": [{"role": "user", "content": "Write the notes file."}],
+                "tools": [
+                    {"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS
+                ],
+                "stream": True,
+                "thinking": {"type": "enabled", "budget_tokens": args.tokens},
+            }
+        ).encode()
         responses_body = json.dumps(
             {
                 "model": MODEL,
@@ -615,14 +664,15 @@ def main() -> None:
                 "tools": [{"type": "function", **t["function"]} for t in TOOLS],
                 "stream": True,
                 "store": False,  # as Codex sends it: no database write per request
-                "reasoning": {"effort": "high"},  # thinking on, as the chat body asks
+                "reasoning": {"effort": "high"},  # thinking on, as the other bodies ask
             }
         ).encode()
         routes = {
-            "chat": ("/v1/chat/completions", chat_body, check_chat),
-            "responses": ("/v1/responses", responses_body, lambda r: check_chat(r, read_responses)),
+            "chat": ("chatsieve serve", "/v1/chat/completions", chat_body, checker(read_chat, "tool_calls")),
+            "messages": ("serve /v1/messages", "/v1/messages", messages_body, checker(read_messages, "tool_use")),
+            "responses": ("serve /v1/responses", "/v1/responses", responses_body, checker(read_responses, "tool_calls")),
         }
-        chosen = [routes[name] for name in args.routes.split(",")]
+        routes = {k: routes[k] for k in args.routes.split(",")}
         for w in workers:
             port = free_port()
             cmd = [
@@ -649,13 +699,13 @@ def main() -> None:
             server = subprocess.Popen(cmd, env=env, cwd=ROOT)
             try:
                 wait_up(port, server)
-                # one request to warm up each worker's connection pool and caches
-                asyncio.run(load(port, "/v1/chat/completions", chat_body, w, w))
-                for path, body, check in chosen:
+                for target, path, body, check in routes.values():
+                    # one request to warm up each worker's connection pool and caches
+                    asyncio.run(load(port, path, body, w, w))
                     for n in streams:
                         rows.append(
                             measure(
-                                f"serve {path}",
+                                target,
                                 w,
                                 n,
                                 max(args.requests, n),

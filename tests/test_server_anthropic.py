@@ -16,12 +16,14 @@ from dataclasses import dataclass
 import anthropic
 import httpx
 import pytest
+from claude_code import readme_blocks
 from fake_engines import FakeEngine, Script, ServerThread
 from test_server_agent_loop import FAMILIES as LOOP_FAMILIES
 from test_server_agent_loop import Family as LoopFamily
 from test_server_agent_loop import _tokenizer
 
 from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.security import SecurityPolicy
 
 MODEL = "anthropic-model"
 WEATHER = {
@@ -32,6 +34,7 @@ WEATHER = {
 THINKING = {"type": "enabled", "budget_tokens": 2000}
 OFF = {"type": "disabled"}
 RESULT = "18C and sunny"
+BUDGET_REASONING = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho"
 ANSWER = "It is 18C and sunny in Paris."
 Calls = list[tuple[str, dict]]
 
@@ -138,6 +141,9 @@ def scripts(f: Family) -> dict[str, str]:
         "[think]": f.think("The user wants a capital.") + f.text("Paris."),
         f"{RESULT} [loop]": (f.think("I have the result.") if f.loop_thinks else "") + f.text(ANSWER),
         "[long]": f.text("one two three four five six seven eight nine ten"),  # asked with thinking off
+        "[budget]": f.think(BUDGET_REASONING) + f.text("Too late."),
+        # what the engine plays once the server has closed the reasoning at the budget
+        BUDGET_REASONING[:12]: f.text("The answer is 7."),
     }
 
 
@@ -519,3 +525,60 @@ def test_fields_claude_code_sends_are_accepted(qwen):
     prompt = engine.decode(engine.requests[-1][1]["prompt"])
     assert "You are a CLI.\n\nBe brief." in prompt and "# Environment: linux" in prompt
     assert "get_weather" in prompt and "Deferred" in prompt and "tool_search" not in prompt
+
+
+def test_the_readme_sdk_snippet_runs_as_written(tmp_path_factory, capsys):
+    """README "Claude Code with any open model": the anthropic SDK snippet, its URL pointed at a
+    server (with the recipe's key) before a stand-in engine."""
+    snippet = next(b for b in readme_blocks("Claude Code with any open model") if b.startswith("import anthropic"))
+    family = FAMILIES["qwen3"]
+    tok = _tokenizer(family.loop)
+    out = family.think("Paris needs a lookup.") + family.calls([PARIS])
+    engine = FakeEngine(tok.decode, {"Weather in Paris?": Script(tok.encode(out), batch=2)})
+    with contextlib.ExitStack() as stack:
+        engine_url = stack.enter_context(ServerThread(engine.app)).url
+        cfg = ServerConfig(
+            model_dir=tmp_path_factory.mktemp("snippet"),
+            format="qwen3",
+            backend_url=engine_url,
+            served_model_name="qwen3",
+            warm_up=False,
+            security=SecurityPolicy(api_keys=("local-key",)),
+        )
+        url = stack.enter_context(ServerThread(create_app(cfg, tokenizer=tok))).url
+        assert 'base_url="http://127.0.0.1:8000"' in snippet
+        exec(compile(snippet.replace("http://127.0.0.1:8000", url), "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "[thinking] Paris needs a lookup." in printed
+    assert printed.rstrip().endswith("tool_use ['thinking', 'tool_use']")
+
+
+def test_budget_tokens_closes_the_reasoning_where_it_runs_out(served):
+    """thinking.budget_tokens is enforced here: at the budget the server cancels the engine
+    request, writes the family's closing marker and goes on from there in a second request."""
+    family, url, engine, tok = served
+    c = client(url)
+    kw = {
+        "model": MODEL,
+        "max_tokens": 200,
+        "thinking": {"type": "enabled", "budget_tokens": 6},
+        "messages": [{"role": "user", "content": "[budget] think briefly"}],
+    }
+    before = len(engine.requests)
+    whole = c.messages.create(**kw)
+    assert len(engine.requests) - before == 2
+    with c.messages.stream(**kw) as s:
+        streamed = s.get_final_message()
+    assert comparable(streamed) == comparable(whole)
+    (kind, thought), answer = blocks(whole)
+    assert kind == "thinking" and thought and BUDGET_REASONING.startswith(thought)
+    assert len(thought) < len(BUDGET_REASONING) and answer == ("text", "The answer is 7.")
+    assert whole.stop_reason == "end_turn"
+    # the second request went on from the prompt, the budget's tokens and the closing marker
+    first, second = (engine.requests[i][1] for i in (before, before + 1))
+    ids = lambda r: r.get("prompt") or r.get("input_ids")  # noqa: E731
+    assert ids(second)[: len(ids(first))] == ids(first)
+    answer_ids = tok.encode(family.text("The answer is 7."))
+    stops = set(tok.stop_token_ids)
+    played = next((i + 1 for i, t in enumerate(answer_ids) if t in stops), len(answer_ids))
+    assert whole.usage.output_tokens == 6 + played

@@ -1,5 +1,8 @@
 """`chatsieve serve` against careless and hostile traffic (issue 10): limits, engine faults,
-access control, browser attacks, error hygiene and health, with real HTTP on loopback."""
+access control, browser attacks, error hygiene and health, with real HTTP on loopback.
+
+The tests that use the `servers` (or `route`) fixture run on every generation route: OpenAI
+chat completions and Anthropic Messages, each checked in its own error shape."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import json
 import logging
 import time
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -16,6 +20,7 @@ from fake_engines import FakeEngine, Script, ServerThread
 from models import model_path
 
 import chatsieve
+from chatsieve.protocols.anthropic import error_type
 from chatsieve.protocols.openai_chat import RequestError, RequestLimits, parse_chat_request
 from chatsieve.server import build_parser, config_from_args, serve_main
 from chatsieve.server.app import ServerConfig, create_app
@@ -26,6 +31,8 @@ KEYS = ("key-one", "key-two")
 CONTEXT = 400
 BODY_LIMIT = 256 * 1024
 NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
+ROUTES = {"chat": "/v1/chat/completions", "messages": "/v1/messages"}
+ROUTE = "chat"  # the route the current test runs on (set by the `route` fixture)
 
 
 def user(case: str, text: str = "hello") -> list[dict]:
@@ -67,8 +74,17 @@ def _config(url, **kw) -> ServerConfig:
     return ServerConfig(**{**base, **kw})
 
 
+@pytest.fixture(scope="module", params=sorted(ROUTES))
+def route(request):
+    """Each generation route in turn; `post` and `assert_error` follow it."""
+    global ROUTE
+    ROUTE = request.param
+    yield request.param
+    ROUTE = "chat"
+
+
 @pytest.fixture(scope="module")
-def servers(engine, tok):
+def servers(route, engine, tok):
     with contextlib.ExitStack() as stack:
 
         def serve(**kw):
@@ -81,16 +97,73 @@ def servers(engine, tok):
         }
 
 
+def path() -> str:
+    return ROUTES[ROUTE]
+
+
+def routed(body: dict) -> dict:
+    """A chat-completions body as the current route takes it (Messages: max_tokens required,
+    None meaning the least; stop strings as stop_sequences)."""
+    if ROUTE == "chat":
+        return body
+    out = {k: v for k, v in body.items() if k not in ("stop", "max_tokens")}
+    out["max_tokens"] = body.get("max_tokens", 100) or 1
+    if "stop" in body:
+        out["stop_sequences"] = body["stop"]
+    return out
+
+
 def post(url, body, *, headers=None, **kw):
-    return httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=30, **kw)
+    return httpx.post(url + path(), json=routed(body), headers=headers, timeout=30, **kw)
 
 
-def assert_openai_error(r, status, code):
+def assert_error(r, status, code, *, shape=None):
+    """The refusal in the current route's shape (or `shape`'s); the error object (OpenAI's
+    fields, or Anthropic's type and message)."""
     assert r.status_code == status, r.text
     assert r.headers["content-type"].startswith("application/json")
+    if (shape or ROUTE) == "messages":
+        body = r.json()
+        assert set(body) == {"type", "error"} and body["type"] == "error"
+        assert set(body["error"]) == {"type", "message"} and body["error"]["type"] == error_type(status)
+        return body["error"]
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and err["code"] == code
     return err
+
+
+def assert_param(err, param):
+    """The field the error names: OpenAI's `param`; in Anthropic's shape, the message names it."""
+    if ROUTE == "messages":
+        assert {"stop": "stop_sequences"}.get(param, param) in err["message"]
+    else:
+        assert err["param"] == param
+
+
+def complete(url, case, *, stream, max_tokens=None, api_key="x"):
+    """(content, finish reason in OpenAI's terms, completion tokens) through the route's SDK."""
+    if ROUTE == "chat":
+        c = openai.OpenAI(base_url=url + "/v1", api_key=api_key, max_retries=0)
+        kw = {"model": MODEL, "messages": user(case), "max_tokens": max_tokens, "extra_body": NO_THINK}
+        if not stream:
+            r = c.chat.completions.create(**kw)
+            return r.choices[0].message.content, r.choices[0].finish_reason, r.usage.completion_tokens
+        content, finish, usage = "", None, None
+        for chunk in c.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw):
+            usage = chunk.usage or usage
+            for ch in chunk.choices:
+                content += ch.delta.content or ""
+                finish = ch.finish_reason or finish
+        return content, finish, usage.completion_tokens
+    c = anthropic.Anthropic(base_url=url, api_key=api_key, max_retries=0)
+    kw = {"model": MODEL, "messages": user(case), "max_tokens": max_tokens or 100, "thinking": {"type": "disabled"}}
+    if stream:
+        with c.messages.stream(**kw) as s:
+            m = s.get_final_message()
+    else:
+        m = c.messages.create(**kw)
+    finish = {"max_tokens": "length", "end_turn": "stop"}.get(m.stop_reason, m.stop_reason)
+    return "".join(b.text for b in m.content if b.type == "text"), finish, m.usage.output_tokens
 
 
 # ---------------------------------------------------------------- 5: sizes and the context
@@ -99,7 +172,7 @@ def assert_openai_error(r, status, code):
 def test_oversized_body_is_413_and_health_still_answers(servers, engine):
     engine.requests.clear()
     big = {"model": MODEL, "messages": user("[h:answer]", "x" * BODY_LIMIT)}
-    assert_openai_error(post(servers["open"], big), 413, "request_too_large")
+    assert_error(post(servers["open"], big), 413, "request_too_large")
     # without Content-Length (chunked), the count while reading stops it too
     raw = json.dumps(big).encode()
 
@@ -107,9 +180,10 @@ def test_oversized_body_is_413_and_health_still_answers(servers, engine):
         for i in range(0, len(raw), 4096):
             yield raw[i : i + 4096]
 
-    r = httpx.post(servers["open"] + "/v1/chat/completions", content=chunks(),
+    raw = json.dumps(routed(big)).encode()
+    r = httpx.post(servers["open"] + path(), content=chunks(),
                    headers={"content-type": "application/json"}, timeout=30)
-    assert_openai_error(r, 413, "request_too_large")
+    assert_error(r, 413, "request_too_large")
     assert engine.requests == []
     assert httpx.get(servers["open"] + "/health", timeout=5).status_code == 200
 
@@ -118,8 +192,10 @@ def test_oversized_body_is_413_and_health_still_answers(servers, engine):
 def test_prompt_longer_than_the_context_is_400_before_the_engine(servers, engine, max_tokens):
     engine.requests.clear()
     body = {"model": MODEL, "messages": user("[h:answer]", "word " * CONTEXT), "max_tokens": max_tokens}
-    err = assert_openai_error(post(servers["open"], body), 400, "context_length_exceeded")
-    assert f"context is {CONTEXT} tokens" in err["message"] and err["param"] == "messages"
+    err = assert_error(post(servers["open"], body), 400, "context_length_exceeded")
+    assert f"context is {CONTEXT} tokens" in err["message"]
+    if ROUTE == "chat":
+        assert err["param"] == "messages"
     assert engine.requests == []
 
 
@@ -150,7 +226,7 @@ def test_stop_strings_are_capped_in_count_and_length():
 def test_ten_thousand_stop_strings_over_http_are_400(servers, engine):
     engine.requests.clear()
     body = {"model": MODEL, "messages": user("[h:answer]"), "stop": [f"stop-{i}" for i in range(10_000)]}
-    assert assert_openai_error(post(servers["open"], body), 400, None)["param"] == "stop"
+    assert_param(assert_error(post(servers["open"], body), 400, None), "stop")
     assert engine.requests == []
 
 
@@ -167,9 +243,8 @@ def test_deep_json_is_a_400_in_openai_shape_logged_in_one_line(servers, caplog, 
             '{"messages": [{"role": "user", "content": "[h:answer] x"}], "tools": [{"type": "function", '
             '"function": {"name": "f", "parameters": {"type": "object", "properties": {"a": ' + schema + "}}}}]}"
         )
-    r = httpx.post(servers["open"] + "/v1/chat/completions", content=body,
-                   headers={"content-type": "application/json"}, timeout=30)
-    err = assert_openai_error(r, 400, "too_deeply_nested")
+    r = httpx.post(servers["open"] + path(), content=body, headers={"content-type": "application/json"}, timeout=30)
+    err = assert_error(r, 400, "too_deeply_nested")
     assert "deeper than" in err["message"] and len(r.content) < 1000
     lines = [rec for rec in caplog.records if "deeper than" in rec.getMessage()]
     assert len(lines) == 1 and lines[0].exc_info is None
@@ -179,29 +254,18 @@ def test_deep_json_is_a_400_in_openai_shape_logged_in_one_line(servers, caplog, 
 @pytest.mark.parametrize("max_tokens", [1e308, 2**40, CONTEXT + 1])
 def test_absurd_or_oversized_max_tokens_is_400(servers, max_tokens):
     body = {"model": MODEL, "messages": user("[h:answer]"), "max_tokens": max_tokens}
-    assert assert_openai_error(post(servers["open"], body), 400, None)["param"] == "max_tokens"
+    assert_param(assert_error(post(servers["open"], body), 400, None), "max_tokens")
 
 
 def test_max_tokens_that_does_not_fit_beside_the_prompt_is_400(servers):
     body = {"model": MODEL, "messages": user("[h:answer]", "word " * 100), "max_tokens": CONTEXT - 20}
-    assert_openai_error(post(servers["open"], body), 400, "context_length_exceeded")
+    assert_error(post(servers["open"], body), 400, "context_length_exceeded")
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_max_tokens_is_enforced_when_the_engine_ignores_it(servers, stream):
-    c = openai.OpenAI(base_url=servers["open"] + "/v1", api_key="x", max_retries=0)
-    kw = {"model": MODEL, "messages": user("[h:runaway]"), "max_tokens": 3, "extra_body": NO_THINK}
-    if stream:
-        content, finish, usage = "", None, None
-        for chunk in c.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw):
-            usage = chunk.usage or usage
-            for ch in chunk.choices:
-                content += ch.delta.content or ""
-                finish = ch.finish_reason or finish
-    else:
-        r = c.chat.completions.create(**kw)
-        content, finish, usage = r.choices[0].message.content, r.choices[0].finish_reason, r.usage
-    assert (content, finish, usage.completion_tokens) == ("The answer is", "length", 3)
+    got = complete(servers["open"], "[h:runaway]", stream=stream, max_tokens=3)
+    assert got == ("The answer is", "length", 3)
 
 
 # ---------------------------------------------------------------- 10: ids outside the vocabulary
@@ -209,13 +273,13 @@ def test_max_tokens_is_enforced_when_the_engine_ignores_it(servers, stream):
 
 @pytest.mark.parametrize("case", ["[h:negative]", "[h:beyond]"])
 def test_ids_outside_the_vocabulary_are_an_engine_fault(servers, case, caplog):
-    c = openai.OpenAI(base_url=servers["open"] + "/v1", api_key="x", max_retries=0)
-    with pytest.raises(openai.APIStatusError) as info:
-        c.chat.completions.create(model=MODEL, messages=user(case), extra_body=NO_THINK)
-    assert info.value.status_code == 502 and info.value.body["code"] == "backend_error"
-    with pytest.raises(openai.APIError, match="inference engine failed"):
-        for _ in c.chat.completions.create(model=MODEL, messages=user(case), stream=True, extra_body=NO_THINK):
-            pass
+    with pytest.raises((openai.APIStatusError, anthropic.APIStatusError)) as info:
+        complete(servers["open"], case, stream=False)
+    assert info.value.status_code == 502
+    body = info.value.body
+    assert (body["code"] == "backend_error") if ROUTE == "chat" else (body["error"]["type"] == "api_error")
+    with pytest.raises((openai.APIError, anthropic.APIError), match="inference engine failed"):
+        complete(servers["open"], case, stream=True)
     assert "outside the tokenizer's vocabulary" in caplog.text
 
 
@@ -226,19 +290,20 @@ def test_api_key_is_required_on_every_route_but_health(servers):
     url = servers["keyed"]
     body = {"model": MODEL, "messages": user("[h:answer]")}
     for headers in ({}, {"authorization": "Bearer nope"}, {"authorization": "Basic key-one"},
-                    {"authorization": "Bearer key-one-and-more"}):
+                    {"authorization": "Bearer key-one-and-more"}, {"x-api-key": "nope"}, {"x-api-key": ""}):
         r = post(url, body, headers=headers)
-        err = assert_openai_error(r, 401, "invalid_api_key")
-        assert err["type"] == "invalid_request_error" and r.headers["www-authenticate"] == "Bearer"
-        assert_openai_error(httpx.get(url + "/v1/models", headers=headers, timeout=5), 401, "invalid_api_key")
-        assert_openai_error(httpx.get(url + "/ready", headers=headers, timeout=5), 401, "invalid_api_key")
+        err = assert_error(r, 401, "invalid_api_key")
+        assert err["type"] == ("invalid_request_error" if ROUTE == "chat" else "authentication_error")
+        assert r.headers["www-authenticate"] == "Bearer"
+        for other in ("/v1/models", "/ready"):  # OpenAI's shape there, whichever route is tested
+            assert_error(httpx.get(url + other, headers=headers, timeout=5), 401, "invalid_api_key", shape="chat")
     assert httpx.get(url + "/health", timeout=5).status_code == 200
-    for key in KEYS:
-        c = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
-        r = c.chat.completions.create(model=MODEL, messages=user("[h:answer]"), extra_body=NO_THINK)
-        assert r.choices[0].message.content == "The answer is 42."
-    with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=url + "/v1", api_key="wrong", max_retries=0).models.list()
+    for key in KEYS:  # the OpenAI SDK sends Authorization: Bearer, Anthropic's x-api-key
+        assert complete(url, "[h:answer]", stream=False, api_key=key)[0] == "The answer is 42."
+        assert post(url, body, headers={"x-api-key": key}).status_code == 200
+        assert post(url, body, headers={"authorization": f"Bearer {key}", "x-api-key": "wrong"}).status_code == 200
+    with pytest.raises((openai.AuthenticationError, anthropic.AuthenticationError)):
+        complete(url, "[h:answer]", stream=False, api_key="wrong")
 
 
 def test_keys_come_from_flags_and_the_environment():
@@ -279,11 +344,11 @@ def test_no_key_refuses_to_bind_beyond_loopback(host, capsys, monkeypatch):
 def test_non_json_bodies_are_refused(servers, engine, content_type):
     engine.requests.clear()
     headers = {"content-type": content_type} if content_type else {}
-    body = json.dumps({"model": MODEL, "messages": user("[h:answer]")})
-    r = httpx.post(servers["open"] + "/v1/chat/completions", content=body, headers=headers, timeout=30)
-    assert_openai_error(r, 415, "unsupported_media_type")
+    body = json.dumps(routed({"model": MODEL, "messages": user("[h:answer]")}))
+    r = httpx.post(servers["open"] + path(), content=body, headers=headers, timeout=30)
+    assert_error(r, 415, "unsupported_media_type")
     assert engine.requests == []
-    r = httpx.post(servers["open"] + "/v1/chat/completions", content=body,
+    r = httpx.post(servers["open"] + path(), content=body,
                    headers={"content-type": "application/json; charset=utf-8"}, timeout=30)
     assert r.status_code == 200
 
@@ -292,7 +357,7 @@ def test_non_json_bodies_are_refused(servers, engine, content_type):
 def test_foreign_host_header_is_refused(servers, engine, host):
     engine.requests.clear()
     r = post(servers["open"], {"model": MODEL, "messages": user("[h:answer]")}, headers={"host": host})
-    assert_openai_error(r, 400, "host_not_allowed")
+    assert_error(r, 400, "host_not_allowed")
     assert engine.requests == []
     port = servers["open"].rsplit(":", 1)[1]
     r = httpx.get(servers["open"] + "/v1/models", headers={"host": f"localhost:{port}"}, timeout=5)
@@ -301,14 +366,14 @@ def test_foreign_host_header_is_refused(servers, engine, host):
 
 def test_cors_is_opt_in(servers):
     preflight = {"origin": "https://app.example", "access-control-request-method": "POST",
-                 "access-control-request-headers": "authorization, content-type"}
-    r = httpx.options(servers["open"] + "/v1/chat/completions", headers=preflight, timeout=5)
+                 "access-control-request-headers": "authorization, content-type, x-api-key, anthropic-version"}
+    r = httpx.options(servers["open"] + path(), headers=preflight, timeout=5)
     assert "access-control-allow-origin" not in r.headers
     r = httpx.get(servers["open"] + "/v1/models", headers={"origin": "https://app.example"}, timeout=5)
     assert "access-control-allow-origin" not in r.headers
-    r = httpx.options(servers["cors"] + "/v1/chat/completions", headers=preflight, timeout=5)
+    r = httpx.options(servers["cors"] + path(), headers=preflight, timeout=5)
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
-    r = httpx.options(servers["cors"] + "/v1/chat/completions",
+    r = httpx.options(servers["cors"] + path(),
                       headers={**preflight, "origin": "https://evil.example"}, timeout=5)
     assert r.headers.get("access-control-allow-origin") != "https://evil.example"
 
@@ -316,11 +381,11 @@ def test_cors_is_opt_in(servers):
 # ---------------------------------------------------------------- 13: error hygiene
 
 
-def test_engine_errors_are_generic_with_the_request_id(tok, caplog):
+def test_engine_errors_are_generic_with_the_request_id(route, tok, caplog):
     down = _config("http://127.0.0.1:9/secret/path")
     with ServerThread(create_app(down, tokenizer=tok)) as server:
         r = post(server.url, {"model": MODEL, "messages": user("[h:answer]")})
-    err = assert_openai_error(r, 502, "backend_error")
+    err = assert_error(r, 502, "backend_error")
     rid = r.headers["x-request-id"]
     assert rid in err["message"] and "secret" not in err["message"] and "127.0.0.1" not in err["message"]
     assert any(rid in rec.getMessage() and "secret/path" in rec.getMessage() for rec in caplog.records)

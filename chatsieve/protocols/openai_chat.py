@@ -53,6 +53,8 @@ __all__ = [  # the shared names too, for the callers that import them from here
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_TOP_LOGPROBS = 20
+SEED_RANGE = (-(2**63), 2**63 - 1)  # a 64-bit signed integer, as vLLM and SGLang take it
+MAX_TOKEN_ID = 2**31 - 1  # logit_bias keys and top_k: the server bounds them by its vocabulary too
 
 
 def error_body(
@@ -130,7 +132,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         raise RequestError("'model' must be a string", param="model")
 
     parallel = get.boolean("parallel_tool_calls")
-    top_k = get.integer("top_k", minimum=-1)
+    top_k = get.integer("top_k", minimum=-1, maximum=MAX_TOKEN_ID)
     return ChatRequest(
         messages=messages,
         model=model,
@@ -140,7 +142,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         max_tokens=max_tokens,
         temperature=get.number("temperature", minimum=0.0, maximum=2.0),
         top_p=get.number("top_p", minimum=0.0, maximum=1.0),
-        seed=get.integer("seed"),
+        seed=get.integer("seed", minimum=SEED_RANGE[0], maximum=SEED_RANGE[1]),
         stop=stops,
         logprobs=logprobs,
         top_logprobs=top_logprobs or 0,
@@ -166,8 +168,11 @@ def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
         raise RequestError("'logit_bias' must be an object mapping token ids to biases", param="logit_bias")
     pairs = []
     for key, bias in value.items():
-        if not (isinstance(key, str) and key.isdigit()):
-            raise RequestError(f"'logit_bias' keys must be token ids, got {key!r}", param="logit_bias")
+        # ASCII digits only: "²" and "①" pass str.isdigit() but are no number int() reads
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) <= MAX_TOKEN_ID):
+            raise RequestError(
+                f"'logit_bias' keys must be token ids (decimal integers), got {key[:40]!r}", param="logit_bias"
+            )
         if not isinstance(bias, int | float) or isinstance(bias, bool) or not -100 <= bias <= 100:
             raise RequestError(f"'logit_bias' values must be numbers in [-100, 100], got {bias!r}", param="logit_bias")
         pairs.append((int(key), float(bias)))

@@ -25,7 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve OpenAI chat completions (reasoning_content, content, tool_calls) and Anthropic "
         "Messages in front of a vLLM, SGLang or llama.cpp server, parsing the model's token ids with chatsieve.",
     )
-    p.add_argument("--model-dir", required=True, help="directory with the tokenizer and chat template")
+    p.add_argument(
+        "--model-dir",
+        default=None,
+        help="directory with the tokenizer and chat template (not needed with --gguf: the GGUF's own "
+        "vocabulary and chat template are used)",
+    )
     p.add_argument("--format", required=True, help="chatsieve format name (e.g. qwen3, gemma4)")
     p.add_argument(
         "--backend",
@@ -34,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="engine base URL, e.g. http://127.0.0.1:8001; give it again for more replicas of the same "
         "model (each request goes to the least-loaded healthy one)",
+    )
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="PATH",
+        help="chat template file to render prompts with instead of the model directory's (vLLM's option; "
+        "e.g. one that renders tools where the model's own template ignores them); checked at start-up",
     )
     p.add_argument("--backend-kind", choices=KINDS, default="vllm", help="engine protocol (default: vllm)")
     p.add_argument("--backend-model", default=None, help="model name to send to the engine, if it needs one")
@@ -70,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--gguf",
         default=None,
         metavar="PATH",
-        help="the engine's GGUF model file: refuse to start unless its vocabulary matches the tokenizer "
-        "(a local llama-server's model is found through its /props without this)",
+        help="the engine's GGUF model file: alone, chatsieve takes the tokenizer and chat template from "
+        "it; with --model-dir, refuse to start unless its vocabulary matches that tokenizer (a local "
+        "llama-server's model is found through its /props without this)",
     )
     store = p.add_argument_group("Responses API store (previous_response_id, GET /v1/responses/{id})")
     store.add_argument(
@@ -208,7 +221,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
             body_timeout=args.timeout_body,
         ),
         cors_origins=_split(args.cors_origins),
-        model_dir=Path(args.model_dir),
+        # --gguf alone: the GGUF is the tokenizer (load_tokenizer reads its metadata), and
+        # a local llama-server's /props still tells whether the engine runs that model
+        model_dir=Path(args.model_dir) if args.model_dir else Path(args.gguf),
         format=args.format,
         backend_url=args.backend[0],
         extra_backend_urls=tuple(args.backend[1:]),
@@ -218,10 +233,11 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         backend_model=args.backend_model,
         timeout=args.backend_timeout,
         max_connections=args.max_connections,
-        gguf=Path(args.gguf) if args.gguf else None,
+        gguf=Path(args.gguf) if args.gguf and args.model_dir else None,
         response_store=args.response_store or str(default_store_path()),
         response_store_max=args.response_store_max,
         response_store_max_age=args.response_store_max_age,
+        chat_template=Path(args.chat_template) if args.chat_template else None,
     )
 
 
@@ -233,8 +249,15 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         print(f"chatsieve serve: error: {msg}", file=sys.stderr)
         return 2
 
-    if not Path(args.model_dir).is_dir():
+    if args.model_dir is None and args.gguf is None:
+        return fail(
+            "give --model-dir (a directory with the tokenizer and chat template) or --gguf (the "
+            "engine's GGUF file, whose vocabulary and chat template are used)"
+        )
+    if args.model_dir is not None and not Path(args.model_dir).is_dir():
         return fail(f"--model-dir {args.model_dir!r} is not a directory")
+    if args.gguf is not None and not Path(args.gguf).is_file():
+        return fail(f"--gguf {args.gguf!r} is not a file")
     for url in args.backend:
         if not url.startswith(("http://", "https://")):
             return fail(f"--backend must be an http(s) URL, got {url!r}")
@@ -242,7 +265,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         return fail(f"--workers must be at least 1, got {args.workers}")
     if args.max_connections < 1:
         return fail(f"--max-connections must be at least 1, got {args.max_connections}")
-    from chatsieve.server.security import is_loopback
+    from chatsieve.server.security import is_loopback, key_problem
+
+    for key in api_keys(args):
+        problem = key_problem(key)
+        if problem:
+            return fail(f"--api-key / CHATSIEVE_API_KEY: {problem}")
 
     if not is_loopback(args.host) and not api_keys(args) and not args.allow_unauthenticated:
         return fail(
@@ -268,6 +296,13 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         formats.get(args.format)
     except Exception as e:  # unknown format: the registry's message lists the known ones
         return fail(str(e))
+    if args.chat_template:
+        from chatsieve.prompt import PromptError, load_chat_template
+
+        try:
+            load_chat_template(args.chat_template, args.format)
+        except PromptError as e:
+            return fail(f"--chat-template: {e}")
     config = config_from_args(args)
     from chatsieve.server.response_store import ResponseStore
 
@@ -278,8 +313,13 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     try:
         app = create_app(config)
     except Exception as e:
-        return fail(f"cannot load the tokenizer from {args.model_dir}: {e}")
-    if args.gguf:  # checked here too, so a mismatch is one clear line before uvicorn starts
+        return fail(f"cannot load the tokenizer from {config.model_dir}: {e}")
+    if args.model_dir is None and not app.state.service.tokenizer.chat_template:
+        return fail(
+            f"the GGUF {args.gguf} carries no chat template (tokenizer.chat_template): give --model-dir "
+            "with the model's tokenizer and chat_template.jinja instead"
+        )
+    if args.gguf and args.model_dir:  # checked here too, so a mismatch is one clear line before uvicorn starts
         from chatsieve.server.model_check import ModelMismatch, check_model
 
         try:

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import inspect
 import json
 import logging
 import os
@@ -36,10 +35,11 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
-from chatsieve.events import Event
-from chatsieve.grammar import GrammarError
+from chatsieve.call_list import CallListParser
+from chatsieve.events import ContentDelta, Event, ReasoningDelta, ToolCallStart
+from chatsieve.grammar import GrammarError, reasoning_close
 from chatsieve.grammar import plan as constraint_plan
-from chatsieve.prompt import PromptError, PromptTooLong
+from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError, load_chat_template
 from chatsieve.protocols.anthropic import ANTHROPIC
 from chatsieve.protocols.common import (
     ChatRequest,
@@ -64,17 +64,6 @@ from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, Securi
 
 log = logging.getLogger("chatsieve.server")
 
-# render_prompt's own parameters: chat_template_kwargs may not override them, except the few
-# that are safe to take from a request (documents for RAG templates, Gemma 4's empty thought).
-REQUEST_RENDER_OPTIONS = frozenset({"documents", "keep_empty_thinking"})
-RENDER_PARAMETERS = (
-    frozenset(
-        p.name for p in inspect.signature(render_prompt).parameters.values() if p.kind is not p.VAR_KEYWORD
-    )
-    - REQUEST_RENDER_OPTIONS
-)
-
-
 @dataclass(frozen=True)
 class ServerConfig:
     model_dir: Path
@@ -98,6 +87,9 @@ class ServerConfig:
     response_store: str = ":memory:"
     response_store_max: int = 10_000  # responses kept, the oldest evicted first
     response_store_max_age: float = 30 * 24 * 3600.0  # seconds a stored response is kept
+    max_concurrent_prompts: int = 8  # prompts prepared at once (render, isolate, tokenize, grammar)
+    prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
+    chat_template: Path | None = None  # --chat-template: replaces the model directory's template
 
     @property
     def model_name(self) -> str:
@@ -112,6 +104,7 @@ class ServerConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["model_dir"] = str(self.model_dir)
         d["gguf"] = None if self.gguf is None else str(self.gguf)
+        d["chat_template"] = None if self.chat_template is None else str(self.chat_template)
         d["limits"] = dataclasses.asdict(self.limits)
         d["security"] = {**dataclasses.asdict(self.security), "open_paths": sorted(self.security.open_paths)}
         return json.dumps(d)
@@ -125,6 +118,7 @@ class ServerConfig:
                 **d,
                 "model_dir": Path(d["model_dir"]),
                 "gguf": None if d.get("gguf") is None else Path(d["gguf"]),
+                "chat_template": None if d.get("chat_template") is None else Path(d["chat_template"]),
                 "extra_backend_urls": tuple(d.get("extra_backend_urls", ())),
                 "model_aliases": tuple(d.get("model_aliases", ())),
                 "cors_origins": tuple(d.get("cors_origins", ())),
@@ -181,10 +175,16 @@ class ChatService:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
         self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
         self.vocab_size = self.tokenizer.hf.get_vocab_size(with_added_tokens=True)
+        # --chat-template: read and checked once here (a bad file fails the start, not a request)
+        self.chat_template = None if config.chat_template is None else load_chat_template(
+            config.chat_template, config.format)
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
+        self._preparing: anyio.Semaphore | None = None
+
 
     async def start(self) -> None:
+        self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
         self.client = EngineHTTP(
             max_connections=self.config.max_connections, read_timeout=self.config.timeout
         )
@@ -241,12 +241,19 @@ class ChatService:
         content = f"warm-up {delimiters[0]}" if delimiters else "warm-up"
         try:
             render_prompt(
-                [{"role": "user", "content": content}], tokenizer=self.tokenizer, format=self.config.format
+                [{"role": "user", "content": content}], tokenizer=self.tokenizer, format=self.config.format,
+                template=self.chat_template,
             )
         except Exception as e:  # the request path reports the real error, with its reason
             log.warning("prompt warm-up failed: %s", e)
 
     def _token_text(self, token_id: int) -> str:
+        """A token's text for logprobs; an id outside the vocabulary is the engine's fault (502)."""
+        if not 0 <= token_id < self.vocab_size:
+            raise BackendError(
+                f"the engine sent token id {token_id} (with logprobs), outside the tokenizer's vocabulary "
+                f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
+            )
         return self.tokenizer.decode([token_id])
 
     def check_model(self, name: str | None) -> None:
@@ -262,28 +269,68 @@ class ChatService:
 
     # ------------------------------------------------------------ one request
 
-    async def prepare(self, req: ChatRequest) -> Generation:
-        """Render the prompt and set up parser and backend request; RequestError on bad input."""
-        kwargs = req.template_kwargs
-        bad = sorted(RENDER_PARAMETERS & kwargs.keys())
+    def _check_vocabulary_bounds(self, req: ChatRequest) -> None:
+        """Fields that name token ids or count tokens stay inside this model's vocabulary."""
+        bad = [i for i, _ in req.logit_bias if i >= self.vocab_size]
         if bad:
             raise RequestError(
-                f"chat_template_kwargs may not set {', '.join(bad)}", param="chat_template_kwargs"
+                f"'logit_bias' names token id {bad[0]}, outside this model's vocabulary (0..{self.vocab_size - 1})",
+                param="logit_bias",
+            )
+        if req.top_k is not None and req.top_k > self.vocab_size:
+            raise RequestError(
+                f"'top_k' must be at most the vocabulary size {self.vocab_size}, got {req.top_k}", param="top_k"
+            )
+
+    async def prepare(self, req: ChatRequest) -> Generation:
+        """Render the prompt and set up parser and backend request; RequestError on bad input.
+
+        Every route's request goes through here. The work (rendering, isolation, tokenizing, the
+        grammar) runs in a worker thread, so no request holds up the event loop, and at most
+        `max_concurrent_prompts` are prepared at once: a request that finds no free slot within
+        `prompt_queue_timeout` seconds is a 503 (each preparation holds several copies of its
+        prompt in memory).
+        """
+        assert self._preparing is not None, "ChatService.start() was not awaited"
+        acquired = False
+        with anyio.move_on_after(self.config.prompt_queue_timeout):
+            await self._preparing.acquire()
+            acquired = True
+        if not acquired:
+            raise RequestError(
+                f"the server is preparing {self.config.max_concurrent_prompts} prompts already: retry shortly",
+                code="server_busy", status=503, type="server_error",
+            )
+        try:
+            return await run_in_threadpool(self._prepare, req)
+        finally:
+            self._preparing.release()
+
+    def _prepare(self, req: ChatRequest) -> Generation:
+        self._check_vocabulary_bounds(req)
+        variables = dict(req.template_kwargs)
+        # render_prompt options a request may give (RAG documents, Gemma 4's empty thought)
+        documents = variables.pop("documents", None)
+        keep_empty = variables.pop("keep_empty_thinking", False)
+        if not isinstance(keep_empty, bool):
+            raise RequestError(
+                "chat_template_kwargs.keep_empty_thinking must be true or false", param="chat_template_kwargs"
             )
         tools = req.prompt_tools
         context = self.max_model_len
         # room for the answer: max_tokens if given, else at least one token
         limit = None if context is None else context - (req.max_tokens or 1)
         try:
-            prompt = await run_in_threadpool(
-                lambda: render_prompt(
-                    req.messages,
-                    tokenizer=self.tokenizer,
-                    tools=tools,
-                    format=self.config.format,
-                    token_limit=limit,
-                    **kwargs,
-                )
+            prompt = render_prompt(
+                req.messages,
+                tokenizer=self.tokenizer,
+                template=self.chat_template,
+                tools=tools,
+                documents=documents,
+                format=self.config.format,
+                token_limit=limit,
+                keep_empty_thinking=keep_empty,
+                request_variables=variables,
             )
         except PromptTooLong as e:
             asked = f" plus max_tokens {req.max_tokens}" if req.max_tokens else ""
@@ -293,6 +340,10 @@ class ChatService:
                 + (" or lower max_tokens" if req.max_tokens else ""),
                 param="messages",
                 code="context_length_exceeded",
+            ) from None
+        except TemplateVariableError as e:
+            raise RequestError(
+                f"chat_template_kwargs: {e}", param="chat_template_kwargs", code="invalid_template_variable"
             ) from None
         except PromptError as e:
             raise RequestError(
@@ -344,11 +395,28 @@ class ChatService:
             logit_bias=req.logit_bias,
             constraint=constraint,
         )
+        if constraint is not None and constraint.calls:  # a forced JSON call list: its content is the calls
+            parser = CallListParser(parser, tools)
+        reasoning_end_id = None
+        if constraint is not None and constraint.reasoning_end is not None:
+            reasoning_end_id = self.tokenizer.single_token_id(constraint.reasoning_end)
+            if reasoning_end_id is None:
+                raise RequestError(
+                    f"{constraint.reasoning_end!r} is not one token of this tokenizer, so the reasoning cannot "
+                    "come before the constrained answer: turn thinking off (chat_template_kwargs.enable_thinking: "
+                    "false)", param="response_format", code="unsupported_constraint")
         assert self.backend is not None, "ChatService.start() was not awaited"
         gen = Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))
+        gen.reasoning_end_id = reasoning_end_id
+        if reasoning_end_id is not None and constraint.answer_prefix:
+            gen.answer_prefix_ids = self.tokenizer.encode(constraint.answer_prefix)
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
         gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
         gen.vocab_size = self.vocab_size
+        close = reasoning_close(self.config.format, req.thinking) if req.reasoning_budget else None
+        if close is not None:  # a family without a closing marker cannot be cut: the budget is not enforced
+            gen.reasoning_budget = req.reasoning_budget
+            gen.budget_close_ids = self.tokenizer.encode(close)
         return gen
 
 
@@ -371,12 +439,66 @@ class Generation:
         self.completion_tokens = 0
         self.max_tokens: int | None = None  # cut locally at this many tokens (finish "length")
         self.vocab_size: int | None = None  # ids at or above it are an engine fault
+        self.reasoning_end_id: int | None = None  # two phases: reasoning, then the constrained answer
+        self.answer_prefix_ids: list[int] = []  # written between the two (gpt-oss: the final channel)
+        self.reasoning_budget: int | None = None  # reasoning tokens before the reasoning is closed here
+        self.budget_close_ids: list[int] = []  # what closes it (the family's marker)
+        self.reasoning_tokens = 0  # tokens before the first content or call (reasoning, if any came)
+        self._reasoned = False  # a reasoning delta came
+        self._past_reasoning = False  # content or a call came
+        self._budget_hit = False
+        self._engine_finish: str | None = None
         self.request_id = ""
 
     async def events(self) -> AsyncIterator[list[Event]]:
-        """Filtered event lists as the engine produces ids; BackendError if the engine fails."""
-        engine_finish = None
-        stream = self.backend.generate(self.request)
+        """Filtered event lists as the engine produces ids; BackendError if the engine fails.
+
+        With `reasoning_end_id` (a constraint the engine cannot combine with reasoning), two
+        engine requests make one answer: unconstrained up to the reasoning's end token, then
+        constrained from the prompt plus that reasoning; usage counts both. A `reasoning_budget`
+        that runs out before the reasoning ends does the same: the first request is cancelled
+        there, the family's closing marker written, and a second request goes on from it."""
+        produced: list[int] = []
+        first = self.request
+        end_id = self.reasoning_end_id
+        if end_id is not None:
+            first = dataclasses.replace(self.request, constraint=None,
+                                        stop_token_ids=(*self.request.stop_token_ids, end_id))
+        async for events in self._run(first, produced):
+            yield events
+        if self._budget_hit and end_id is None:  # the reasoning budget ran out: close it, then go on
+            produced.extend(self.budget_close_ids)
+            events = self.parser.feed(token_ids=list(self.budget_close_ids))
+            if events:
+                yield self.calls.apply(events)
+        if self._budget_hit or end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
+            if end_id is not None and (not produced or produced[-1] != end_id):  # trimmed, or cut by the budget
+                produced.append(end_id)
+                events = self.parser.feed(token_ids=[end_id])
+                if events:
+                    yield self.calls.apply(events)
+            if self.answer_prefix_ids:  # what opens the answer, as the model would write it
+                produced.extend(self.answer_prefix_ids)
+                events = self.parser.feed(token_ids=list(self.answer_prefix_ids))
+                if events:
+                    yield self.calls.apply(events)
+            left = None if self.max_tokens is None else self.max_tokens - self.completion_tokens
+            if left is None or left > 0:
+                second = dataclasses.replace(
+                    self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
+                    max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
+                async for events in self._run(second, produced):
+                    yield events
+        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
+        self.calls.finish()
+        yield events
+        if self.calls.dropped:
+            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
+
+    async def _run(self, request: GenerationRequest, produced: list[int]) -> AsyncIterator[list[Event]]:
+        """One engine request fed through the parser; its finish reason in `_engine_finish`."""
+        self._engine_finish = None
+        stream = self.backend.generate(request)
         try:
             async for batch in stream:
                 ids, lps, over = batch.token_ids, batch.logprobs, False
@@ -389,37 +511,54 @@ class Generation:
                         f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
                         f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
                     )
+                if ids and self.reasoning_budget is not None and not (self._past_reasoning or self._budget_hit):
+                    room = self.reasoning_budget - self.reasoning_tokens
+                    if len(ids) > room:  # the budget ends in this batch: feed up to it, then see
+                        head = self._feed(ids[:room], lps[:room] if lps is not None else None)
+                        produced.extend(ids[:room])
+                        if head:
+                            yield self.calls.apply(head)
+                        if not self._past_reasoning:
+                            self._budget_hit = True
+                            break  # closing the stream cancels the engine request
+                        ids, lps = ids[room:], lps[room:] if lps is not None else None
+                produced.extend(ids)
                 if ids:
                     events = self._feed(ids, lps)
                     if events:
                         yield self.calls.apply(events)
                 if batch.finish_reason:
-                    engine_finish = batch.finish_reason
+                    self._engine_finish = batch.finish_reason
                 if over:
-                    engine_finish = "length"  # the engine went past max_tokens: cut here
+                    self._engine_finish = "length"  # the engine went past max_tokens: cut here
                     break
                 if self.parser.stopped and not batch.finish_reason:
                     break  # a local stop: closing the stream cancels the engine request
         finally:
             await stream.aclose()
-        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else engine_finish))
-        self.calls.finish()
-        yield events
-        if self.calls.dropped:
-            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
 
     def _feed(self, ids: list[int], lps: list | None) -> list[Event]:
         """Feed a batch of ids and count them; with stop strings, one by one, so that the tokens
         the engine sent past the stop (however it batched them) are not counted."""
         if len(ids) == 1 or not self.parser.stopped and not self.parser.stop_strings:
             self.completion_tokens += len(ids)
-            return self.parser.feed(token_ids=list(ids), logprobs=list(lps) if lps is not None else None)
-        events: list[Event] = []
-        for k, token in enumerate(ids):
-            if self.parser.stopped:
-                break
-            self.completion_tokens += 1
-            events += self.parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
+            events = self.parser.feed(token_ids=list(ids), logprobs=list(lps) if lps is not None else None)
+        else:
+            events = []
+            for k, token in enumerate(ids):
+                if self.parser.stopped:
+                    break
+                self.completion_tokens += 1
+                events += self.parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
+        if not self._past_reasoning:
+            self.reasoning_tokens += len(ids)
+            for e in events:
+                t = type(e)
+                if t is ReasoningDelta:
+                    self._reasoned = True
+                elif t is ContentDelta or t is ToolCallStart:
+                    self._past_reasoning = True
+                    break
         return events
 
     @property
@@ -434,6 +573,7 @@ class Generation:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             stop_sequence=self.parser.stop_sequence,
+            reasoning_tokens=self.reasoning_tokens if self._reasoned else 0,
         )
 
 

@@ -44,6 +44,16 @@ def default_allowed_hosts(bind_host: str) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys((*LOOPBACK_HOSTS, bind_host.strip("[]").lower())))
 
 
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot be an API key (None if it can): an empty key would let an empty
+    `Authorization: Bearer` in, and a key with spaces or control characters can never be sent."""
+    if not key:
+        return "an API key may not be empty (an empty key would accept 'Authorization: Bearer' with no token)"
+    if not all("!" <= ch <= "~" for ch in key):
+        return "an API key must be printable ASCII without spaces"
+    return None
+
+
 @dataclass(frozen=True)
 class SecurityPolicy:
     api_keys: tuple[str, ...] = ()
@@ -72,6 +82,10 @@ class SecurityMiddleware:
         self.app = app
         self.policy = policy
         self.error_shape = error_shape
+        for key in policy.api_keys:
+            problem = key_problem(key)
+            if problem:
+                raise ValueError(problem)
         # Keys are compared as digests: the comparison takes the same time whatever the key's
         # length or the number of matching leading characters.
         self._keys = tuple(hashlib.sha256(k.encode()).digest() for k in policy.api_keys)

@@ -124,6 +124,8 @@ FAMILY_ROWS = {
 PARIS = ("get_weather", {"city": "Paris"})
 LONDON = ("get_weather", {"city": "London"})
 LONG = " ".join(f"word{i}" for i in range(40))
+JSON_ANSWER = '{"city": "Paris", "temp": 18}'
+JSON_PLAN = "The answer is an object with the city and its temperature."
 
 
 def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
@@ -134,7 +136,7 @@ def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
         f"[text-call:{name}]": w.out(text="Let me check.", calls=(PARIS,)),
         f"[reason:{name}]": w.out(reasoning=REASONING, text="Hi there."),
         f"[long:{name}]": w.out(text=LONG),
-        f"[json:{name}]": w.out(text='{"city": "Paris", "temp": 18}'),
+        f"[json:{name}]": w.out(text=JSON_ANSWER),
         f"{RESULT} for {name}": w.out(text=ANSWER),
     }
     # Codex's real requests (tests/data/codex): its task, then the command's output; the family's
@@ -143,6 +145,10 @@ def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
     shell = ("exec_command", {"cmd": "echo hi > out.txt"})
     plays["Write hi to out.txt"] = w.out(reasoning="Run it." if thinks else None, calls=(shell,))
     plays["Process exited with code 0"] = w.out(reasoning="It ran." if thinks else None, text=ANSWER)
+    if name == "gpt_oss":  # gpt-oss always reasons: the server constrains only the answer, in a second
+        # engine request that continues from the reasoning (its text is in that prompt only)
+        plays[f"[json:{name}]"] = f"<|channel|>analysis<|message|>{JSON_PLAN}<|end|>"
+        plays[JSON_PLAN] = f"{JSON_ANSWER}<|return|>"
     scripts = {key: Script(encode(text), batch=3) for key, text in plays.items()}
     scripts[f"[fail-mid:{name}]"] = Script(encode(w.out(text=LONG)), batch=3, fail="error_event")
     scripts[f"[fail-now:{name}]"] = Script(encode(w.out(text=LONG)), fail="status")

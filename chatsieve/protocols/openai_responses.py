@@ -1031,7 +1031,9 @@ class _Outcomes:
             p["text"] for item in self.out.output if item["type"] == "reasoning" for p in item["content"]
         )
         count = self.parsed.count_tokens
-        spent = outcome.reasoning_tokens or (count(reasoning) if reasoning and count else 0)
+        # the reasoning text's own tokens where it can be counted; the runner's count (tokens
+        # before the first content or call) takes in the batch the content began in
+        spent = count(reasoning) if reasoning and count else outcome.reasoning_tokens
         cut = outcome.finish_reason == "length"
         data = self.out.finish(
             usage=usage(outcome.prompt_tokens, outcome.completion_tokens, spent),

@@ -492,3 +492,19 @@ def test_readme_snippet_runs_as_written(tmp_path, capsys):
                 compile(snippet.replace("http://127.0.0.1:8000/v1", srv.url + "/v1"), "README.md", "exec"), {}
             )
     assert capsys.readouterr().out == f"{ANSWER}\nHello!"
+
+
+def test_tool_choice_and_parallel_tool_calls(served):
+    name, url, engine = served
+    c = client(url)
+    if WRITERS[name].parallel:
+        r = ask(c, False, input=f"[parallel:{name}] both", parallel_tool_calls=False)
+        assert calls(r) == [PARIS]  # the first call only
+    r = ask(c, False, input=f"[single:{name}] x", tool_choice="none")
+    assert calls(r) == []  # no tools offered: the call the model wrote is not returned
+    prompt = engine.decode(engine.requests[-1][1]["prompt"])
+    assert "get_weather" not in prompt.split(f"[single:{name}]", 1)[0]
+    r = ask(c, False, input=f"[single:{name}] x", tool_choice={"type": "function", "name": "get_weather"})
+    assert calls(r) == [PARIS]
+    if name != "gpt_oss":  # gpt-oss reasons first: the forcing constraint is for the answer phase
+        assert engine.requests[-1][1].get("structured_outputs")  # the engine is made to call it

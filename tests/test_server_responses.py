@@ -124,6 +124,7 @@ FAMILY_ROWS = {
 PARIS = ("get_weather", {"city": "Paris"})
 LONDON = ("get_weather", {"city": "London"})
 LONG = " ".join(f"word{i}" for i in range(40))
+SUMMARY = "The file out.txt was written; nothing is left to do."
 JSON_ANSWER = '{"city": "Paris", "temp": 18}'
 JSON_PLAN = "The answer is an object with the city and its temperature."
 
@@ -145,6 +146,8 @@ def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
     shell = ("exec_command", {"cmd": "echo hi > out.txt"})
     plays["Write hi to out.txt"] = w.out(reasoning="Run it." if thinks else None, calls=(shell,))
     plays["Process exited with code 0"] = w.out(reasoning="It ran." if thinks else None, text=ANSWER)
+    # Codex compacts a long session itself, with an ordinary request asking for a summary
+    plays["CONTEXT CHECKPOINT COMPACTION"] = w.out(reasoning="Sum up." if thinks else None, text=SUMMARY)
     if name == "gpt_oss":  # gpt-oss always reasons: the server constrains only the answer, in a second
         # engine request that continues from the reasoning (its text is in that prompt only)
         plays[f"[json:{name}]"] = f"<|channel|>analysis<|message|>{JSON_PLAN}<|end|>"
@@ -435,21 +438,25 @@ def test_engine_failure_mid_stream_is_an_error_event_then_failed(served):
     assert info.value.status_code == 502 and info.value.body["code"] == "backend_error"
 
 
-@pytest.mark.parametrize("turn", [1, 2])
+@pytest.mark.parametrize("turn", ["turn1", "turn2", "compaction"])
 def test_codex_request_bodies(served, turn):
     """What Codex 0.169 sent (recorded), posted as it was: rendered by each family's template
     and answered as the stream Codex reads."""
     name, url, engine = served
     body = json.loads(
-        (Path(__file__).parent / "data" / "codex" / f"responses_request_turn{turn}.json").read_text()
+        (Path(__file__).parent / "data" / "codex" / f"responses_request_{turn}.json").read_text()
     )
     body["model"] = MODEL
     with httpx.stream("POST", url + "/v1/responses", json=body, timeout=60) as r:
-        assert r.status_code == 200 and r.headers[LEFT_OUT_HEADER] == "web_search"
+        assert r.status_code == 200
+        hosted = [t["type"] for t in body["tools"] if t["type"] not in ("function", "namespace")]
+        assert r.headers.get(LEFT_OUT_HEADER) == (", ".join(hosted) or None)
         events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
     assert events[-1]["type"] == "response.completed"
     done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
-    if turn == 1:
+    if turn == "compaction":
+        assert [i["content"][0]["text"] for i in done if i["type"] == "message"] == [SUMMARY]
+    elif turn == "turn1":
         (call,) = [i for i in done if i["type"] == "function_call"]
         assert call["name"] == "exec_command" and json.loads(call["arguments"]) == {
             "cmd": "echo hi > out.txt"

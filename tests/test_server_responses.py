@@ -515,3 +515,16 @@ def test_tool_choice_and_parallel_tool_calls(served):
     assert calls(r) == [PARIS]
     if name != "gpt_oss":  # gpt-oss reasons first: the forcing constraint is for the answer phase
         assert engine.requests[-1][1].get("structured_outputs")  # the engine is made to call it
+
+
+@STREAM
+def test_output_text_logprobs(served, stream):
+    name, url, _ = served
+    kw = {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    r = ask(client(url), stream, input=f"[long:{name}] talk", **kw)
+    (part,) = r.output[-1].content
+    assert part.text == LONG and part.logprobs
+    assert all(len(lp.top_logprobs) == 2 and lp.logprob == lp.top_logprobs[0].logprob for lp in part.logprobs)
+    joined = b"".join(bytes(lp.bytes) for lp in part.logprobs).decode()
+    assert LONG in joined  # the answer's tokens (the end-of-turn token may follow)
+    assert r.top_logprobs == 2

@@ -23,9 +23,11 @@ What a request becomes (decisions where the API leaves room):
   template takes an effort instead, gpt-oss) it becomes that template's lowest effort, ``low``.
   ``low`` .. ``xhigh`` turn thinking on (and reach templates that take an effort); without an
   effort the family's default holds.
+- ``include: ["message.output_text.logprobs"]`` (or ``top_logprobs``) returns the answer's
+  token logprobs on its output_text parts and deltas, ``top_logprobs`` alternatives each.
 - Accepted and ignored: ``store`` (the server keeps or not), ``metadata`` (echoed), ``user``,
-  ``include``, ``truncation``, ``reasoning.summary``, ``prompt_cache_key``, ``client_metadata``,
-  ``safety_identifier``, ``service_tier``, ``text.verbosity``, ``top_logprobs``, ``stream_options``.
+  other ``include`` values, ``truncation``, ``reasoning.summary``, ``prompt_cache_key``,
+  ``client_metadata``, ``safety_identifier``, ``service_tier``, ``text.verbosity``, ``stream_options``.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from chatsieve.events import (
     ContentDelta,
     Event,
     ReasoningDelta,
+    TokenLogprob,
     ToolCallArgsDelta,
     ToolCallEnd,
     ToolCallStart,
@@ -59,7 +62,7 @@ from chatsieve.protocols.common import (
     max_tokens_ceiling,
     response_format,
 )
-from chatsieve.protocols.openai_chat import error_body
+from chatsieve.protocols.openai_chat import TokenBytes, error_body, logprob_entries
 
 __all__ = [
     "LEFT_OUT_HEADER",
@@ -133,6 +136,8 @@ class ResponsesRequest:
     metadata: dict = field(default_factory=dict)
     user: str | None = None
     truncation: str = "disabled"
+    logprobs: bool = False  # the answer's token logprobs (include message.output_text.logprobs)
+    top_logprobs: int = 0
 
     def chat_request(self, history: Sequence[Mapping] = (), *, format: str | None = None) -> ChatRequest:
         """The internal request for `history` (earlier items, from previous_response_id) + input.
@@ -171,6 +176,8 @@ class ResponsesRequest:
             chat_template_kwargs=kwargs,
             reasoning_effort=effort,
             response_format=self.response_format,
+            logprobs=self.logprobs,
+            top_logprobs=self.top_logprobs,
         )
 
     def skeleton(self, *, id: str, model: str, created_at: int | None = None) -> dict:
@@ -198,6 +205,7 @@ class ResponsesRequest:
             "tool_choice": self.tool_choice_echo,
             "tools": self.tools,
             "top_p": self.top_p,
+            "top_logprobs": self.top_logprobs,
             "truncation": self.truncation,
             "usage": None,
             "user": self.user,
@@ -279,7 +287,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
     include = body.get("include")
     if include is not None and not (isinstance(include, list) and all(isinstance(s, str) for s in include)):
         raise RequestError("'include' must be an array of strings", param="include")
-    get.integer("top_logprobs", minimum=0, maximum=20)  # accepted; logprobs are not returned
+    top_logprobs = get.integer("top_logprobs", minimum=0, maximum=20) or 0
     get.integer("max_tool_calls", minimum=1)
 
     parallel = get.boolean("parallel_tool_calls")
@@ -308,6 +316,8 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
         metadata=dict(metadata),
         user=get.string("user"),
         truncation=truncation,
+        logprobs="message.output_text.logprobs" in (include or ()) or top_logprobs > 0,
+        top_logprobs=top_logprobs,
     )
 
 
@@ -702,7 +712,7 @@ def response_object(
 class _Item:
     """One output item being built: its wire id, index, kind and text so far."""
 
-    __slots__ = ("id", "index", "kind", "parts", "call_id", "name")
+    __slots__ = ("id", "index", "kind", "parts", "call_id", "name", "logprobs")
 
     def __init__(self, kind: str, index: int, id: str, call_id: str = "", name: str = "") -> None:
         self.kind = kind  # "reasoning" | "message" | "function_call"
@@ -711,6 +721,7 @@ class _Item:
         self.parts: list[str] = []
         self.call_id = call_id
         self.name = name
+        self.logprobs: list[dict] = []  # a message's token logprob entries, when asked for
 
 
 class ResponseStream:
@@ -723,9 +734,19 @@ class ResponseStream:
     """
 
     def __init__(
-        self, skeleton: dict, *, namespaces: Mapping[str, str] | None = None, emit: bool = True
+        self,
+        skeleton: dict,
+        *,
+        namespaces: Mapping[str, str] | None = None,
+        emit: bool = True,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        token_bytes: TokenBytes | None = None,
     ) -> None:
         self.skeleton = skeleton
+        self.logprobs = logprobs
+        self.top_logprobs = top_logprobs
+        self.token_bytes = token_bytes
         self.namespaces = dict(namespaces or {})
         self.emit = emit
         self.seq = 0
@@ -758,6 +779,7 @@ class ResponseStream:
     def encode(self, events: Iterable[Event]) -> bytes:
         """The SSE bytes for `events`; adjacent deltas of one item go out as one delta event."""
         run: list[str] = []  # delta texts of `run_item` not yet sent
+        run_lps: list[TokenLogprob] = []  # their tokens' logprobs (a message's, when asked for)
         run_item: _Item | None = None
         for e in events:
             t = type(e)
@@ -767,16 +789,18 @@ class ResponseStream:
                 kind = "message" if t is ContentDelta else "reasoning"
                 item = self._open
                 if item is None or item.kind != kind:
-                    self._delta(run_item, run)
+                    self._delta(run_item, run, run_lps)
                     item = self._open_item(kind)
                 text = e.text
+                if self.logprobs and e.logprobs and t is ContentDelta:
+                    run_lps.extend(e.logprobs)
             elif t is ToolCallArgsDelta:
                 item = self._calls.get(e.index)
                 if item is None or not e.json_text:
                     continue
                 text = e.json_text
             else:
-                self._delta(run_item, run)
+                self._delta(run_item, run, run_lps)
                 if t is ToolCallStart:
                     self._close_open()
                     call = self._new_item("function_call", "fc", e.id, e.name)
@@ -792,17 +816,24 @@ class ResponseStream:
                         self._close_call(done, "incomplete" if e.incomplete else "completed")
                 continue
             if item is not run_item:
-                self._delta(run_item, run)
+                self._delta(run_item, run, run_lps)
                 run_item = item
             item.parts.append(text)
             run.append(text)
-        self._delta(run_item, run)
+        self._delta(run_item, run, run_lps)
         return self._take()
 
-    def _delta(self, item: _Item | None, run: list[str]) -> None:
-        """One delta event for `item` carrying the texts in `run` (then emptied)."""
+    def _delta(self, item: _Item | None, run: list[str], lps: list[TokenLogprob]) -> None:
+        """One delta event for `item` carrying the texts in `run` and their logprobs (both then
+        emptied)."""
         if not run or item is None:
             return
+        entries = b"[]"
+        if lps:
+            got = logprob_entries(lps, self.top_logprobs, self.token_bytes)
+            item.logprobs += got
+            entries = dumps(got)
+            lps.clear()
         if self.emit:
             text = dumps(run[0] if len(run) == 1 else "".join(run))
             if item.kind == "function_call":
@@ -827,7 +858,7 @@ class ResponseStream:
                         item.id.encode(),
                         item.index,
                         text,
-                        b',"logprobs":[]' if item.kind == "message" else b"",
+                        b',"logprobs":' + entries if item.kind == "message" else b"",
                     )
                 )
         self.seq += 1
@@ -874,8 +905,8 @@ class ResponseStream:
         text = "".join(item.parts)
         where = {"item_id": item.id, "output_index": item.index, "content_index": 0}
         if item.kind == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            self._event("response.output_text.done", {**where, "text": text, "logprobs": []})
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": item.logprobs}
+            self._event("response.output_text.done", {**where, "text": text, "logprobs": item.logprobs})
             done = {
                 "id": item.id,
                 "type": "message",
@@ -1023,7 +1054,12 @@ class _Outcomes:
         self.parsed = parsed
         req = parsed.request
         self.out = ResponseStream(
-            req.skeleton(id=response_id(), model=info.model), namespaces=req.namespaces, emit=emit
+            req.skeleton(id=response_id(), model=info.model),
+            namespaces=req.namespaces,
+            emit=emit,
+            logprobs=req.logprobs,
+            top_logprobs=req.top_logprobs,
+            token_bytes=info.token_bytes,
         )
 
     def _close(self, outcome: Outcome) -> bytes:

@@ -23,6 +23,7 @@ _PROBE_TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"k": {"type": "string", "description": "A key."}},
                    "required": ["k"]}}}]  # fmt: skip
 _PROBE_RESULT = "r5x9result"
+_PROBE_SYSTEM = "s7q2system"
 _PROBE_ID = "abcDEF123"  # nine alphanumerics: Mistral's templates insist on that shape
 _RESULTS = "\x00results"  # marks a user turn made of tool results (removed before rendering)
 _PASS_BACK = ("--chat-template PATH with `chatsieve serve`, template=PATH with render_prompt")
@@ -35,6 +36,7 @@ class TemplateSupport:
     tools: bool  # tool definitions (rendering with and without `tools` differs)
     results: bool  # a `tool` message's content
     calls: bool  # an assistant message's earlier `tool_calls`
+    late_system: bool = True  # a system message after the first turn (Claude Code sends them)
 
 
 @functools.lru_cache(maxsize=32)
@@ -60,7 +62,9 @@ def template_support(source: str) -> TemplateSupport:
                      {"role": "tool", "tool_call_id": _PROBE_ID, "name": "probe_tool", "content": _PROBE_RESULT}],
                     _PROBE_TOOLS)
     results = result is not None and _PROBE_RESULT in result
-    return TemplateSupport(tools=tools, results=results, calls=shape.renders)
+    late = render([*user, {"role": "system", "content": _PROBE_SYSTEM}], None)
+    return TemplateSupport(tools=tools, results=results, calls=shape.renders,
+                           late_system=late is not None and _PROBE_SYSTEM in late)
 
 
 def write_calls(syntax: str, calls: Sequence[Mapping[str, Any]]) -> str:
@@ -100,15 +104,31 @@ def _python(v: Any) -> str:
     return json.dumps(v)
 
 
+def _fold_late_system(messages: list[dict]) -> list[dict]:
+    """System messages after the first turn appended to the leading one (made if absent), for
+    templates that drop them (gpt-oss renders only the first): moved, never lost."""
+    head = [dict(messages[0])] if messages and messages[0].get("role") == "system" else []
+    rest = messages[len(head):]
+    late = [m["content"] for m in rest if m.get("role") == "system" and m.get("content")]
+    if head:
+        head[0]["content"] = "\n\n".join([head[0].get("content") or "", *late]).strip("\n")
+    elif late:
+        head = [{"role": "system", "content": "\n\n".join(late)}]
+    return head + [m for m in rest if m.get("role") != "system"]
+
+
 def adapt_conversation(source: str, messages: list[dict], tools: list | None,
                        spec: FormatSpec) -> list[dict]:
     """`messages` with what the template cannot render written in per the family's documentation.
 
     Raises PromptError where the template ignores part of the request and the family documents
-    no way to write it: never a prompt that silently lost the tools.
+    no way to write it: never a prompt that silently lost the tools. System messages after the
+    first turn go into the leading one where the template would drop them.
     """
     from .prompt import PromptError
 
+    if any(m.get("role") == "system" for m in messages[1:]) and not template_support(source).late_system:
+        messages = _fold_late_system(messages)
     has_results = any(m.get("role") == "tool" for m in messages)
     has_calls = any(m.get("role") == "assistant" and m.get("tool_calls") for m in messages)
     if not tools and not has_results and not has_calls:

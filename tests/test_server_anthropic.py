@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import anthropic
 import httpx
+import openai
 import pytest
 from claude_code import readme_blocks
 from fake_engines import FakeEngine, Script, ServerThread
@@ -380,6 +381,7 @@ def qwen(tmp_path_factory):
     tok = _tokenizer(family.loop)
     engine = FakeEngine(tok.decode, {k: Script(tok.encode(v)) for k, v in scripts(family).items()})
     engine.scripts["[fail]"] = Script(tok.encode("x"), fail="status")
+    engine.scripts["[slow]"] = Script(tok.encode("<think>\nHm.\n</think>\n\nSlow.<|im_end|>"), batch=4, delay=0.4)
     with contextlib.ExitStack() as stack:
         engine_url = stack.enter_context(ServerThread(engine.app)).url
         cfg = ServerConfig(
@@ -549,8 +551,7 @@ def test_the_readme_sdk_snippet_runs_as_written(tmp_path_factory, capsys):
         assert 'base_url="http://127.0.0.1:8000"' in snippet
         exec(compile(snippet.replace("http://127.0.0.1:8000", url), "README.md", "exec"), {})
     printed = capsys.readouterr().out
-    assert "[thinking] Paris needs a lookup." in printed
-    assert printed.rstrip().endswith("tool_use ['thinking', 'tool_use']")
+    assert printed == "Paris needs a lookup.\ntool_use ['thinking', 'tool_use']\n"
 
 
 def test_budget_tokens_closes_the_reasoning_where_it_runs_out(served):
@@ -582,3 +583,29 @@ def test_budget_tokens_closes_the_reasoning_where_it_runs_out(served):
     stops = set(tok.stop_token_ids)
     played = next((i + 1 for i, t in enumerate(answer_ids) if t in stops), len(answer_ids))
     assert whole.usage.output_tokens == 6 + played
+
+
+def test_pings_while_the_engine_is_silent(qwen, monkeypatch):
+    from chatsieve.protocols.anthropic import ANTHROPIC
+
+    url, _ = qwen
+    monkeypatch.setattr(ANTHROPIC, "ping_interval", 0.1)
+    body = {"model": MODEL, "max_tokens": 50, "stream": True, "messages": [{"role": "user", "content": "[slow] hi"}]}
+    with httpx.stream("POST", url + "/v1/messages", json=body, timeout=30) as r:
+        kinds = [line[len("event: "):] for line in r.iter_lines() if line.startswith("event: ")]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "ping" in kinds
+    with client(url).messages.stream(**{k: v for k, v in body.items() if k != "stream"}) as s:
+        assert blocks(s.get_final_message()) == [("thinking", "Hm."), ("text", "Slow.")]
+
+
+def test_models_list_in_the_shape_each_sdk_reads(qwen):
+    url, _ = qwen
+    names = [m.id for m in client(url).models.list()]
+    assert names == [MODEL, "claude-sonnet-4-5", "claude-haiku-4-5"]
+    got = client(url).models.retrieve("claude-haiku-4-5")
+    assert got.id == "claude-haiku-4-5" and got.type == "model"
+    with pytest.raises(anthropic.NotFoundError):
+        client(url).models.retrieve("nope")
+    # the same routes without anthropic-version: OpenAI's list
+    oc = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    assert [m.id for m in oc.models.list()] == names and oc.models.retrieve(MODEL).id == MODEL

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -634,6 +635,23 @@ def _input(parts: list[str]) -> dict:
     except ValueError:
         return {"_arguments": text}  # not expected for a released call; kept, never lost
     return value if isinstance(value, dict) else {"_arguments": value}
+
+
+def model_entry(name: str, created: int) -> dict:
+    """A model as Anthropic's ``GET /v1/models`` lists it."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
+    return {"type": "model", "id": name, "display_name": name, "created_at": stamp}
+
+
+def models_page(names: Iterable[str], created: int) -> dict:
+    """Anthropic's ``GET /v1/models`` body: every name, on one page."""
+    data = [model_entry(n, created) for n in names]
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
 
 
 # ---------------------------------------------------------------- the protocol object

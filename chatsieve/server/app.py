@@ -40,7 +40,7 @@ from chatsieve.events import ContentDelta, Event, ReasoningDelta, ToolCallStart
 from chatsieve.grammar import GrammarError, reasoning_close
 from chatsieve.grammar import plan as constraint_plan
 from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError, load_chat_template
-from chatsieve.protocols.anthropic import ANTHROPIC
+from chatsieve.protocols.anthropic import ANTHROPIC, model_entry, models_page
 from chatsieve.protocols.common import (
     ChatRequest,
     ClientProtocol,
@@ -772,26 +772,29 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         return JSONResponse({"input_tokens": gen.prompt_tokens}, headers=dict(parsed.headers))
 
     async def models(request: Request) -> Response:
+        names = [service.model, *config.model_aliases]
+        if "anthropic-version" in request.headers:  # the anthropic SDK's client.models.list()
+            return JSONResponse(models_page(names, service.created))
         return JSONResponse(
             {
                 "object": "list",
                 "data": [
-                    {
-                        "id": service.model,
-                        "object": "model",
-                        "created": service.created,
-                        "owned_by": "chatsieve",
-                    }
+                    {"id": name, "object": "model", "created": service.created, "owned_by": "chatsieve"}
+                    for name in names
                 ],
             }
         )
 
     async def model(request: Request) -> Response:
-        if request.path_params["model"] != service.model:
-            raise HTTPException(404, f"the model {request.path_params['model']!r} does not exist")
-        return JSONResponse(
-            {"id": service.model, "object": "model", "created": service.created, "owned_by": "chatsieve"}
-        )
+        name = request.path_params["model"]
+        anthropic_client = "anthropic-version" in request.headers
+        try:
+            service.check_model(name)
+        except RequestError as e:
+            return error_response(ANTHROPIC if anthropic_client else OPENAI_CHAT, e)
+        if anthropic_client:
+            return JSONResponse(model_entry(name, service.created))
+        return JSONResponse({"id": name, "object": "model", "created": service.created, "owned_by": "chatsieve"})
 
     async def health(request: Request) -> Response:
         # Liveness: this process answers (200) whatever the engine's state, which it reports.

@@ -75,9 +75,9 @@ def test_codex_first_request():
     assert req.store is False and req.stream is True
     chat = req.chat_request(format="qwen3")
     roles = [m["role"] for m in chat.messages]
-    assert roles == ["system", "user", "user"]  # Codex's two developer messages, joined
+    assert roles == ["system", "system", "user", "user"]  # Codex's two developer messages
     assert "You are a coding agent" in chat.messages[0]["content"]
-    assert "<skills_instructions>" in chat.messages[0]["content"]
+    assert "<skills_instructions>" in chat.messages[1]["content"]
 
 
 def test_codex_second_request_turn_back():

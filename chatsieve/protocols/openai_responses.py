@@ -10,9 +10,8 @@ What a request becomes (decisions where the API leaves room):
   developer; text parts only, an image, file or audio part is a 400 naming it), ``function_call``
   (joined to the assistant turn it belongs to), ``function_call_output`` (a tool message, named
   after its call), ``reasoning`` (its text becomes the reasoning of the assistant turn that follows
-  it, where the template renders reasoning). ``instructions`` become a leading system message;
-  the system / developer messages that open the input are joined into one (gpt-oss's template,
-  among others, renders only the first and drops the rest).
+  it, where the template renders reasoning). ``instructions`` become a leading system message
+  (system / developer messages the template would drop reach it: see prompt.py).
 - ``tools``: ``function`` tools are offered; the functions inside a ``namespace`` tool are offered
   under their own names (the call item then carries ``namespace``); every other type (web_search,
   file_search, mcp, custom, local_shell, ...) needs a host-side service this server does not have
@@ -529,19 +528,7 @@ def items_to_messages(items: Sequence[Mapping], instructions: str | None = None)
                 if it["call_id"] in names:
                     msg["name"] = names[it["call_id"]]
                 out.append(msg)
-    return _join_leading_system(out)
-
-
-def _join_leading_system(messages: list[dict]) -> list[dict]:
-    """The system / developer messages that open the conversation as one system message: many
-    templates (gpt-oss) render only the first message as the system prompt and drop the others."""
-    n = 0
-    while n < len(messages) and messages[n]["role"] in ("system", "developer"):
-        n += 1
-    if n < 2:
-        return messages
-    joined = "\n\n".join(m["content"] for m in messages[:n] if m["content"])
-    return [{"role": "system", "content": joined}, *messages[n:]]
+    return out
 
 
 def _tools(tools: list) -> tuple[list[dict], list[str], dict[str, str]]:

@@ -453,3 +453,36 @@ def test_any_batching_gives_the_same_response(segments, data):
     said = "".join(t for _, t in texts)
     shown = "".join(i["content"][0]["text"] for i in stream.output if i["type"] != "function_call")
     assert shown == said
+
+
+def test_logprobs_ride_on_the_answer_only():
+    from chatsieve.events import TokenLogprob
+
+    lp = [
+        TokenLogprob(7, "Hi", -0.5, (("Hi", -0.5), ("Ho", -1.5))),
+        TokenLogprob(8, "!", -0.1, (("!", -0.1),)),
+    ]
+    req = parse_responses_request(
+        {"input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 1}
+    )
+    assert req.chat_request().logprobs and req.chat_request().top_logprobs == 1
+    stream = ResponseStream(req.skeleton(id="resp_t", model="m"), logprobs=True, top_logprobs=1)
+    events = sse_events(
+        stream.start()
+        + stream.encode([ReasoningDelta("r", (TokenLogprob(9, "r", -2.0),)), ContentDelta("Hi", lp[:1])])
+        + stream.encode([ContentDelta("!", lp[1:])])
+        + stream.finish(usage=usage(1, 3))
+    )
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert [[d["token"] for d in e["logprobs"]] for e in deltas] == [["Hi"], ["!"]]
+    assert deltas[0]["logprobs"][0] == {
+        "token": "Hi",
+        "logprob": -0.5,
+        "bytes": list(b"Hi"),
+        "top_logprobs": [{"token": "Hi", "logprob": -0.5, "bytes": list(b"Hi")}],
+    }
+    message = stream.final["output"][-1]
+    assert [d["token"] for d in message["content"][0]["logprobs"]] == ["Hi", "!"]
+    assert "logprobs" not in [e for e in events if e["type"] == "response.reasoning_text.delta"][0]
+    Response.model_validate(stream.final)
+    assert not parse_responses_request({"input": "x"}).chat_request().logprobs

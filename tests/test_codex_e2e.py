@@ -15,12 +15,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 from agent_cli import CODEX, agent_binary
+from claude_code import command, readme_blocks
 from fake_engines import FakeEngine, Script, ServerThread, spelled
 from test_server_agent_loop import _tokenizer
 from test_server_responses import FAMILY_ROWS, WRITERS
@@ -79,25 +79,25 @@ def served(tmp_path: Path, family: str, scripts):
 
 
 def readme_recipe() -> tuple[str, list[str]]:
-    """README's "Codex CLI with any open model": its config.toml block and `codex exec` line."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Codex CLI with any open model", 1)[1].split("\n## ", 1)[0]
-    config = section.split("```toml\n", 1)[1].split("```", 1)[0]
-    (command,) = [line for line in section.splitlines() if line.startswith("codex exec ")]
-    return config, shlex.split(command)
+    """README's "Codex CLI with any open model": its config.toml block and `codex exec` flags."""
+    blocks = readme_blocks("Codex CLI with any open model")
+    (config,) = [b for b in blocks if b.startswith("model = ")]
+    (shell,) = [b for b in blocks if "codex exec " in b]
+    return config, [w for w in command(shell, "codex exec") if w.startswith("--")]
 
 
 def run_codex(codex: Path, url: str, work: Path, home: Path, prompt: str) -> list[dict]:
     """README's recipe as written (this server's port; the container flags it names); Codex's
     JSON events."""
-    config, command = readme_recipe()
+    config, flags = readme_recipe()
     assert README_URL in config and f'model = "{MODEL}"' in config
     home.mkdir(exist_ok=True)
     (home / "config.toml").write_text(config.replace(README_URL, f"{url}/v1"))
     env = {**os.environ, "CODEX_HOME": str(home), "CHATSIEVE_API_KEY": KEY}
     argv = [
         str(codex),
-        *command[1:-1],
+        "exec",
+        *flags,
         "--dangerously-bypass-approvals-and-sandbox",
         "--ephemeral",
         "--json",

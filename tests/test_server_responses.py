@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from claude_code import readme_blocks
 from fake_engines import FakeEngine, Script, ServerThread
 from test_server_agent_loop import FAMILIES as LOOP_FAMILIES
 from test_server_agent_loop import Family, _tokenizer
@@ -475,9 +476,7 @@ def test_codex_request_bodies(served, turn):
 
 def test_readme_snippet_runs_as_written(tmp_path, capsys):
     """README's Responses SDK snippet, run as written against a Qwen3 stand-in (its port only)."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = text.split("### OpenAI Responses API: `POST /v1/responses`", 1)[1].split("\n### ", 1)[0]
-    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = readme_blocks("OpenAI Responses API: `POST /v1/responses`")[0]
     w, tok = WRITERS["qwen3"], _tokenizer(FAMILY_ROWS["qwen3"])
     scripts = {
         "Weather in Paris?": w.out(reasoning="Look it up.", calls=(PARIS,)),  # thinking on: no effort sent

@@ -246,3 +246,14 @@ def test_a_system_message_after_the_first_turn_reaches_the_prompt(family):
     ])  # fmt: skip
     text = render_prompt(req.messages, tokenizer=tok, format=family).text
     assert "Top rules." in text and "# Environment s3cr7" in text
+
+
+def test_model_aliases_come_from_the_command_line_and_reach_every_worker():
+    from chatsieve.server import build_parser, config_from_args
+    from chatsieve.server.app import ServerConfig
+
+    args = build_parser().parse_args(["--model-dir", "m", "--format", "qwen3", "--backend", "http://x",
+                                      "--model-alias", "claude-sonnet-4-5", "--model-alias", "claude-haiku-4-5"])
+    cfg = config_from_args(args, environ={})
+    assert cfg.model_aliases == ("claude-sonnet-4-5", "claude-haiku-4-5")
+    assert ServerConfig.from_json(cfg.to_json()) == cfg  # what --workers processes rebuild

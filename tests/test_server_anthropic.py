@@ -370,6 +370,10 @@ def test_count_tokens_is_the_rendered_prompt(served):
     assert counted.input_tokens == len(prompt.token_ids)
     without = client(url).messages.count_tokens(model=MODEL, messages=body["messages"])
     assert without.input_tokens < counted.input_tokens
+    # a forced tool renders the same tools (only that one, when named): counted, nothing planned
+    forced = client(url).messages.count_tokens(**body, tool_choice={"type": "any"})
+    named = client(url).messages.count_tokens(**body, tool_choice={"type": "tool", "name": "get_weather"})
+    assert forced.input_tokens == named.input_tokens == counted.input_tokens
 
 
 # ---------------------------------------------------------------- errors (one family suffices)

@@ -21,6 +21,7 @@ Sans-I/O like the rest of chatsieve. Mapping onto the shared machinery (protocol
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -667,7 +668,11 @@ class AnthropicMessages:
         return parse_messages_request(body, limits)
 
     def parse_count_tokens(self, body: Any, limits: RequestLimits) -> MessagesRequest:
-        return parse_messages_request(body, limits, count_tokens=True)
+        """The request as rendered for a generation, without what only steers decoding: the
+        tool choice becomes the tools it renders (so no grammar is planned for a count)."""
+        parsed = parse_messages_request(body, limits, count_tokens=True)
+        chat = dataclasses.replace(parsed.chat, tools=parsed.chat.prompt_tools, tool_choice=ToolChoice("auto"))
+        return dataclasses.replace(parsed, chat=chat)
 
     def encoder(self, request: ParsedRequest, info: ResponseInfo) -> MessageStream:
         return MessageStream(info)

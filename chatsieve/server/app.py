@@ -36,7 +36,7 @@ from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.call_list import CallListParser
-from chatsieve.events import ContentDelta, Event, ReasoningDelta, ToolCallStart
+from chatsieve.events import ContentDelta, Event, ToolCallStart
 from chatsieve.grammar import GrammarError, reasoning_close
 from chatsieve.grammar import plan as constraint_plan
 from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError, load_chat_template
@@ -443,8 +443,9 @@ class Generation:
         self.answer_prefix_ids: list[int] = []  # written between the two (gpt-oss: the final channel)
         self.reasoning_budget: int | None = None  # reasoning tokens before the reasoning is closed here
         self.budget_close_ids: list[int] = []  # what closes it (the family's marker)
-        self.reasoning_tokens = 0  # tokens before the first content or call (reasoning, if any came)
-        self._reasoned = False  # a reasoning delta came
+        # tokens fed before the first content or call: what the budget counts (content the parser
+        # still holds counts too, so this is no exact reasoning count for usage)
+        self.reasoning_tokens = 0
         self._past_reasoning = False  # content or a call came
         self._budget_hit = False
         self._engine_finish: str | None = None
@@ -554,9 +555,7 @@ class Generation:
             self.reasoning_tokens += len(ids)
             for e in events:
                 t = type(e)
-                if t is ReasoningDelta:
-                    self._reasoned = True
-                elif t is ContentDelta or t is ToolCallStart:
+                if t is ContentDelta or t is ToolCallStart:
                     self._past_reasoning = True
                     break
         return events
@@ -573,7 +572,6 @@ class Generation:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             stop_sequence=self.parser.stop_sequence,
-            reasoning_tokens=self.reasoning_tokens if self._reasoned else 0,
         )
 
 
@@ -749,6 +747,8 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             token_bytes=service.token_bytes,
         )
         headers = dict(parsed.headers)
+        if headers:
+            log.info("%s %s", gen.request_id, ", ".join(f"{k}: {v}" for k, v in headers.items()))
         if parsed.chat.stream:
             encoder = protocol.encoder(parsed, info)
             return EventStreamResponse(

@@ -9,7 +9,7 @@ server's CPU µs per token (user + system time of the server process tree), p50/
 between updates the client receives (inter-token latency), p50/p99 time to first token,
 engine connections opened per request and TIME_WAIT sockets left towards the engine; the
 same client straight against the stand-in is the ceiling. Each route is measured
-(`--routes`: OpenAI chat completions, Anthropic Messages). Every response is checked
+(`--routes`: OpenAI chat completions, Anthropic Messages, OpenAI Responses). Every response is checked
 against batch parsing of the same ids; a wrong one stops the benchmark.
 
     CHATSIEVE_MODELS=../shared/models python bench/bench_server.py [--quick] [--streams 1,32]
@@ -293,6 +293,38 @@ def read_chat(r: Response) -> tuple[dict, list[float]]:
     return msg, times
 
 
+def read_responses(r: Response) -> tuple[dict, list[float]]:
+    """The streamed Responses output (as read_chat's dict) and the arrival times of its deltas."""
+    status, body, marks = dechunk(r)
+    if status != 200:
+        raise AssertionError(f"HTTP {status}: {body[:300]!r}")
+    msg = {"reasoning": "", "content": "", "calls": {}, "finish": None, "done": False}
+    times, pos = [], 0
+    for event in body.split(b"\n\n"):
+        end = pos + len(event)
+        pos = end + 2
+        head, _, data = event.partition(b"\ndata: ")
+        if not head.startswith(b"event: "):
+            continue
+        e = json.loads(data)
+        kind = e["type"]
+        assert kind == head[7:].decode() and kind not in ("error", "response.failed"), e
+        if kind == "response.output_item.added" and e["item"]["type"] == "function_call":
+            msg["calls"][e["output_index"]] = {"name": e["item"]["name"], "arguments": ""}
+        elif kind.endswith(".delta"):
+            if kind == "response.reasoning_text.delta":
+                msg["reasoning"] += e["delta"]
+            elif kind == "response.output_text.delta":
+                msg["content"] += e["delta"]
+            elif kind == "response.function_call_arguments.delta":
+                msg["calls"][e["output_index"]]["arguments"] += e["delta"]
+            times.append(arrival(r, marks, end - 1))
+        elif kind == "response.completed":
+            msg["done"] = True
+            msg["finish"] = "tool_calls" if msg["calls"] else "stop"
+    return msg, times
+
+
 def read_messages(r: Response) -> tuple[dict, list[float]]:
     """The streamed Anthropic message (as read_chat's dict) and the arrival times of its deltas."""
     status, body, marks = dechunk(r)
@@ -527,7 +559,9 @@ def main() -> None:
     ap.add_argument("--no-ceiling", action="store_true", help="skip the direct-to-engine runs")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra argument for chatsieve serve")
     ap.add_argument(
-        "--routes", default="chat,messages", help="routes to measure: chat (completions), messages (Anthropic)"
+        "--routes",
+        default="chat,messages,responses",
+        help="routes to measure: chat (completions), messages (Anthropic), responses (OpenAI Responses)",
     )
     args = ap.parse_args()
     if args.quick:
@@ -623,9 +657,20 @@ def main() -> None:
                 "thinking": {"type": "enabled", "budget_tokens": args.tokens},
             }
         ).encode()
+        responses_body = json.dumps(
+            {
+                "model": MODEL,
+                "input": "Write the notes file.",
+                "tools": [{"type": "function", **t["function"]} for t in TOOLS],
+                "stream": True,
+                "store": False,  # as Codex sends it: no database write per request
+                "reasoning": {"effort": "high"},  # thinking on, as the other bodies ask
+            }
+        ).encode()
         routes = {
             "chat": ("chatsieve serve", "/v1/chat/completions", chat_body, checker(read_chat, "tool_calls")),
             "messages": ("serve /v1/messages", "/v1/messages", messages_body, checker(read_messages, "tool_use")),
+            "responses": ("serve /v1/responses", "/v1/responses", responses_body, checker(read_responses, "tool_calls")),
         }
         routes = {k: routes[k] for k in args.routes.split(",")}
         for w in workers:

@@ -75,9 +75,9 @@ def test_codex_first_request():
     assert req.store is False and req.stream is True
     chat = req.chat_request(format="qwen3")
     roles = [m["role"] for m in chat.messages]
-    assert roles == ["system", "user", "user"]  # Codex's two developer messages, joined
+    assert roles == ["system", "system", "user", "user"]  # Codex's two developer messages
     assert "You are a coding agent" in chat.messages[0]["content"]
-    assert "<skills_instructions>" in chat.messages[0]["content"]
+    assert "<skills_instructions>" in chat.messages[1]["content"]
 
 
 def test_codex_second_request_turn_back():
@@ -312,8 +312,7 @@ def test_stream_order_and_sdk_accumulation():
         "response.in_progress",
         "response.output_item.added",
         "response.content_part.added",
-        "response.reasoning_text.delta",
-        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",  # the batch's two reasoning deltas, merged
         "response.reasoning_text.done",
         "response.content_part.done",
         "response.output_item.done",
@@ -330,6 +329,7 @@ def test_stream_order_and_sdk_accumulation():
         "response.output_item.done",
         "response.completed",
     ]
+    assert events[4]["delta"] == "think more"
     final = sdk_final(events, req.tools)
     assert [o.type for o in final.output] == ["reasoning", "message", "function_call"]
     assert final.output[0].content[0].text == "think more"
@@ -354,7 +354,9 @@ def test_incomplete_closes_open_call_as_incomplete():
     assert last["type"] == "response.incomplete"
     assert last["response"]["status"] == "incomplete"
     assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert last["response"]["output"][-1]["status"] == "incomplete"
+    assert [o["status"] for o in last["response"]["output"]] == ["completed", "incomplete"]
+    _, cut, _ = _play([[ContentDelta("a long")]], finish="max_output_tokens")
+    assert cut.output[-1]["status"] == "incomplete"  # the message the output was cut in
     EVENT_MODELS["response.incomplete"].model_validate(last)
 
 
@@ -415,7 +417,11 @@ def _shape(output):
         return {k: v for k, v in p.items() if k != "parsed"}
 
     return [
-        {k: [part(p) for p in v] if k == "content" else v for k, v in item.items() if k not in ("id", "parsed_arguments")}
+        {
+            k: [part(p) for p in v] if k == "content" else v
+            for k, v in item.items()
+            if k not in ("id", "parsed_arguments")
+        }
         for item in output
     ]
 
@@ -447,3 +453,36 @@ def test_any_batching_gives_the_same_response(segments, data):
     said = "".join(t for _, t in texts)
     shown = "".join(i["content"][0]["text"] for i in stream.output if i["type"] != "function_call")
     assert shown == said
+
+
+def test_logprobs_ride_on_the_answer_only():
+    from chatsieve.events import TokenLogprob
+
+    lp = [
+        TokenLogprob(7, "Hi", -0.5, (("Hi", -0.5), ("Ho", -1.5))),
+        TokenLogprob(8, "!", -0.1, (("!", -0.1),)),
+    ]
+    req = parse_responses_request(
+        {"input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 1}
+    )
+    assert req.chat_request().logprobs and req.chat_request().top_logprobs == 1
+    stream = ResponseStream(req.skeleton(id="resp_t", model="m"), logprobs=True, top_logprobs=1)
+    events = sse_events(
+        stream.start()
+        + stream.encode([ReasoningDelta("r", (TokenLogprob(9, "r", -2.0),)), ContentDelta("Hi", lp[:1])])
+        + stream.encode([ContentDelta("!", lp[1:])])
+        + stream.finish(usage=usage(1, 3))
+    )
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert [[d["token"] for d in e["logprobs"]] for e in deltas] == [["Hi"], ["!"]]
+    assert deltas[0]["logprobs"][0] == {
+        "token": "Hi",
+        "logprob": -0.5,
+        "bytes": list(b"Hi"),
+        "top_logprobs": [{"token": "Hi", "logprob": -0.5, "bytes": list(b"Hi")}],
+    }
+    message = stream.final["output"][-1]
+    assert [d["token"] for d in message["content"][0]["logprobs"]] == ["Hi", "!"]
+    assert "logprobs" not in [e for e in events if e["type"] == "response.reasoning_text.delta"][0]
+    Response.model_validate(stream.final)
+    assert not parse_responses_request({"input": "x"}).chat_request().logprobs

@@ -11,14 +11,17 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from claude_code import readme_blocks
 from fake_engines import FakeEngine, Script, ServerThread
 from test_server_agent_loop import FAMILIES as LOOP_FAMILIES
 from test_server_agent_loop import Family, _tokenizer
 
+from chatsieve import formats
 from chatsieve.protocols.openai_responses import LEFT_OUT_HEADER
 from chatsieve.server.app import ServerConfig, create_app
 
@@ -122,19 +125,38 @@ FAMILY_ROWS = {
 PARIS = ("get_weather", {"city": "Paris"})
 LONDON = ("get_weather", {"city": "London"})
 LONG = " ".join(f"word{i}" for i in range(40))
+SUMMARY = "The file out.txt was written; nothing is left to do."
+JSON_ANSWER = '{"city": "Paris", "temp": 18}'
+JSON_PLAN = "The answer is an object with the city and its temperature."
 
 
 def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
     plays = {
         f"[single:{name}]": w.out(calls=(PARIS,)),
+        f"[agent:{name}]": w.out(calls=(PARIS,)),
         f"[parallel:{name}]": w.out(calls=(PARIS, LONDON) if w.parallel else (PARIS,)),
         f"[text-call:{name}]": w.out(text="Let me check.", calls=(PARIS,)),
         f"[reason:{name}]": w.out(reasoning=REASONING, text="Hi there."),
         f"[long:{name}]": w.out(text=LONG),
-        f"[json:{name}]": w.out(text='{"city": "Paris", "temp": 18}'),
+        f"[json:{name}]": w.out(text=JSON_ANSWER),
         f"{RESULT} for {name}": w.out(text=ANSWER),
     }
-    return {key: Script(encode(text), batch=3) for key, text in plays.items()}
+    # Codex's real requests (tests/data/codex): its task, then the command's output; the family's
+    # default thinking holds (Codex sends no effort), so the reasoning block follows it
+    thinks = formats.get(FAMILY_ROWS[name].format).default_thinking
+    shell = ("exec_command", {"cmd": "echo hi > out.txt"})
+    plays["Write hi to out.txt"] = w.out(reasoning="Run it." if thinks else None, calls=(shell,))
+    plays["Process exited with code 0"] = w.out(reasoning="It ran." if thinks else None, text=ANSWER)
+    # Codex compacts a long session itself, with an ordinary request asking for a summary
+    plays["CONTEXT CHECKPOINT COMPACTION"] = w.out(reasoning="Sum up." if thinks else None, text=SUMMARY)
+    if name == "gpt_oss":  # gpt-oss always reasons: the server constrains only the answer, in a second
+        # engine request that continues from the reasoning (its text is in that prompt only)
+        plays[f"[json:{name}]"] = f"<|channel|>analysis<|message|>{JSON_PLAN}<|end|>"
+        plays[JSON_PLAN] = f"{JSON_ANSWER}<|return|>"
+    scripts = {key: Script(encode(text), batch=3) for key, text in plays.items()}
+    scripts[f"[fail-mid:{name}]"] = Script(encode(w.out(text=LONG)), batch=3, fail="error_event")
+    scripts[f"[fail-now:{name}]"] = Script(encode(w.out(text=LONG)), fail="status")
+    return scripts
 
 
 @pytest.fixture(scope="module", params=sorted(WRITERS))
@@ -365,3 +387,143 @@ def test_left_out_tools_are_named(served):
     with httpx.stream("POST", url + "/v1/responses", json={**body, "stream": True}, timeout=60) as s:
         assert s.headers[LEFT_OUT_HEADER] == "web_search, custom:apply_patch"
         s.read()
+
+
+@pytest.mark.parametrize("chained", [False, True], ids=["resend", "previous_response_id"])
+def test_agents_sdk_tool_loop(served, chained):
+    """The Agents SDK with its default model (Responses) runs call -> tool -> answer."""
+    import agents  # openai-agents, in the dev extra
+    from openai.types.shared import Reasoning
+
+    name, url, engine = served
+    agents.set_tracing_disabled(True)
+    ran: list[str] = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Weather for a city."""
+        ran.append(city)
+        return f"{RESULT} for {name}"
+
+    model = agents.OpenAIResponsesModel(
+        model=MODEL, openai_client=openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    )
+    agent = agents.Agent(
+        name="weather",
+        instructions="Answer with the weather.",
+        tools=[get_weather],
+        model=model,
+        model_settings=agents.ModelSettings(reasoning=Reasoning(effort="none"), store=chained),
+    )
+    result = agents.Runner.run_sync(
+        agent, f"[agent:{name}] Weather in Paris?", auto_previous_response_id=chained
+    )
+    assert ran == ["Paris"] and result.final_output == ANSWER
+    prompt = engine.decode(engine.requests[-1][1]["prompt"])
+    assert f"{RESULT} for {name}" in prompt.split(f"[agent:{name}]", 1)[1]
+
+
+def test_engine_failure_mid_stream_is_an_error_event_then_failed(served):
+    name, url, _ = served
+    c = client(url)
+    with c.responses.stream(model=MODEL, input=f"[fail-mid:{name}] talk", reasoning=OFF) as s:
+        events = list(s)
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-2:] == ["error", "response.failed"]
+    assert events[-2].code == "backend_error" and "request id req-" in events[-2].message
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.code == "server_error"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    with pytest.raises(openai.APIStatusError) as info:  # whole: the error body, 502
+        c.responses.create(model=MODEL, input=f"[fail-now:{name}] talk", reasoning=OFF)
+    assert info.value.status_code == 502 and info.value.body["code"] == "backend_error"
+
+
+@pytest.mark.parametrize("turn", ["turn1", "turn2", "compaction"])
+def test_codex_request_bodies(served, turn):
+    """What Codex 0.169 sent (recorded), posted as it was: rendered by each family's template
+    and answered as the stream Codex reads."""
+    name, url, engine = served
+    body = json.loads(
+        (Path(__file__).parent / "data" / "codex" / f"responses_request_{turn}.json").read_text()
+    )
+    body["model"] = MODEL
+    with httpx.stream("POST", url + "/v1/responses", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        hosted = [t["type"] for t in body["tools"] if t["type"] not in ("function", "namespace")]
+        assert r.headers.get(LEFT_OUT_HEADER) == (", ".join(hosted) or None)
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "response.completed"
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    if turn == "compaction":
+        assert [i["content"][0]["text"] for i in done if i["type"] == "message"] == [SUMMARY]
+    elif turn == "turn1":
+        (call,) = [i for i in done if i["type"] == "function_call"]
+        assert call["name"] == "exec_command" and json.loads(call["arguments"]) == {
+            "cmd": "echo hi > out.txt"
+        }
+    else:
+        assert [i["content"][0]["text"] for i in done if i["type"] == "message"] == [ANSWER]
+        prompt = engine.decode(engine.requests[-1][1]["prompt"])
+        assert (
+            "<skills_instructions>" in prompt and "You are a coding agent" in prompt
+        )  # both developer messages
+        assert "echo hi > out.txt" in prompt and "Process exited with code 0" in prompt
+    assert events[-1]["response"]["store"] is False
+    with pytest.raises(openai.NotFoundError):  # store: false
+        client(url).responses.retrieve(events[-1]["response"]["id"])
+
+
+def test_readme_snippet_runs_as_written(tmp_path, capsys):
+    """README's Responses SDK snippet, run as written against a Qwen3 stand-in (its port only)."""
+    snippet = readme_blocks("OpenAI Responses API: `POST /v1/responses`")[0]
+    w, tok = WRITERS["qwen3"], _tokenizer(FAMILY_ROWS["qwen3"])
+    scripts = {
+        "Weather in Paris?": w.out(reasoning="Look it up.", calls=(PARIS,)),  # thinking on: no effort sent
+        "<tool_response>\n18C, sunny": w.out(reasoning="Answer.", text=ANSWER),  # longer: wins
+        "Hi": w.out(text="Hello!"),  # effort none: thinking off
+    }
+    engine = FakeEngine(tok.decode, {k: Script(tok.encode(v), batch=2) for k, v in scripts.items()})
+    with ServerThread(engine.app) as eng:
+        cfg = ServerConfig(
+            model_dir=tmp_path,
+            format="qwen3",
+            backend_url=eng.url,
+            served_model_name="Qwen3-8B",
+            warm_up=False,
+        )
+        with ServerThread(create_app(cfg, tokenizer=tok)) as srv:
+            assert "http://127.0.0.1:8000/v1" in snippet
+            exec(
+                compile(snippet.replace("http://127.0.0.1:8000/v1", srv.url + "/v1"), "README.md", "exec"), {}
+            )
+    assert capsys.readouterr().out == f"{ANSWER}\nHello!"
+
+
+def test_tool_choice_and_parallel_tool_calls(served):
+    name, url, engine = served
+    c = client(url)
+    if WRITERS[name].parallel:
+        r = ask(c, False, input=f"[parallel:{name}] both", parallel_tool_calls=False)
+        assert calls(r) == [PARIS]  # the first call only
+    r = ask(c, False, input=f"[single:{name}] x", tool_choice="none")
+    assert calls(r) == []  # no tools offered: the call the model wrote is not returned
+    prompt = engine.decode(engine.requests[-1][1]["prompt"])
+    assert "get_weather" not in prompt.split(f"[single:{name}]", 1)[0]
+    r = ask(c, False, input=f"[single:{name}] x", tool_choice={"type": "function", "name": "get_weather"})
+    assert calls(r) == [PARIS]
+    if name != "gpt_oss":  # gpt-oss reasons first: the forcing constraint is for the answer phase
+        assert engine.requests[-1][1].get("structured_outputs")  # the engine is made to call it
+
+
+@STREAM
+def test_output_text_logprobs(served, stream):
+    name, url, _ = served
+    kw = {"include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    r = ask(client(url), stream, input=f"[long:{name}] talk", **kw)
+    (part,) = r.output[-1].content
+    assert part.text == LONG and part.logprobs
+    assert all(len(lp.top_logprobs) == 2 and lp.logprob == lp.top_logprobs[0].logprob for lp in part.logprobs)
+    joined = b"".join(bytes(lp.bytes) for lp in part.logprobs).decode()
+    assert LONG in joined  # the answer's tokens (the end-of-turn token may follow)
+    assert r.top_logprobs == 2

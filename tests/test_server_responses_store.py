@@ -8,6 +8,7 @@ import concurrent.futures
 import contextlib
 import sqlite3
 
+import httpx
 import openai
 import pytest
 from fake_engines import FakeEngine, Script, ServerThread, serve_process
@@ -66,6 +67,15 @@ def test_a_key_cannot_see_another_keys_response(engine, tmp_path):
         assert alice.responses.retrieve(r.id).id == r.id  # bob's delete removed nothing
         with pytest.raises(openai.AuthenticationError):
             client(url, "sk-mallory").responses.retrieve(r.id)
+        with pytest.raises(openai.AuthenticationError) as info:  # the shared access checks
+            hello(client(url, "sk-mallory"))
+        assert info.value.body["code"] == "invalid_api_key"
+        spoofed = httpx.post(
+            url + "/v1/responses",
+            json={"model": MODEL, "input": "[store:hello] hi"},
+            headers={"host": "evil.example", "authorization": "Bearer sk-alice"},
+        )
+        assert spoofed.status_code == 400 and spoofed.json()["error"]["code"] == "host_not_allowed"
     db = (tmp_path / "r.db").read_bytes()
     assert b"sk-alice" not in db and b"sk-bob" not in db
 

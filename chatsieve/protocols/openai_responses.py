@@ -10,9 +10,8 @@ What a request becomes (decisions where the API leaves room):
   developer; text parts only, an image, file or audio part is a 400 naming it), ``function_call``
   (joined to the assistant turn it belongs to), ``function_call_output`` (a tool message, named
   after its call), ``reasoning`` (its text becomes the reasoning of the assistant turn that follows
-  it, where the template renders reasoning). ``instructions`` become a leading system message;
-  the system / developer messages that open the input are joined into one (gpt-oss's template,
-  among others, renders only the first and drops the rest).
+  it, where the template renders reasoning). ``instructions`` become a leading system message
+  (system / developer messages the template would drop reach it: see prompt.py).
 - ``tools``: ``function`` tools are offered; the functions inside a ``namespace`` tool are offered
   under their own names (the call item then carries ``namespace``); every other type (web_search,
   file_search, mcp, custom, local_shell, ...) needs a host-side service this server does not have
@@ -23,9 +22,11 @@ What a request becomes (decisions where the API leaves room):
   template takes an effort instead, gpt-oss) it becomes that template's lowest effort, ``low``.
   ``low`` .. ``xhigh`` turn thinking on (and reach templates that take an effort); without an
   effort the family's default holds.
+- ``include: ["message.output_text.logprobs"]`` (or ``top_logprobs``) returns the answer's
+  token logprobs on its output_text parts and deltas, ``top_logprobs`` alternatives each.
 - Accepted and ignored: ``store`` (the server keeps or not), ``metadata`` (echoed), ``user``,
-  ``include``, ``truncation``, ``reasoning.summary``, ``prompt_cache_key``, ``client_metadata``,
-  ``safety_identifier``, ``service_tier``, ``text.verbosity``, ``top_logprobs``, ``stream_options``.
+  other ``include`` values, ``truncation``, ``reasoning.summary``, ``prompt_cache_key``,
+  ``client_metadata``, ``safety_identifier``, ``service_tier``, ``text.verbosity``, ``stream_options``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from chatsieve.events import (
     ContentDelta,
     Event,
     ReasoningDelta,
+    TokenLogprob,
     ToolCallArgsDelta,
     ToolCallEnd,
     ToolCallStart,
@@ -59,7 +61,7 @@ from chatsieve.protocols.common import (
     max_tokens_ceiling,
     response_format,
 )
-from chatsieve.protocols.openai_chat import error_body
+from chatsieve.protocols.openai_chat import TokenBytes, error_body, logprob_entries
 
 __all__ = [
     "LEFT_OUT_HEADER",
@@ -133,6 +135,8 @@ class ResponsesRequest:
     metadata: dict = field(default_factory=dict)
     user: str | None = None
     truncation: str = "disabled"
+    logprobs: bool = False  # the answer's token logprobs (include message.output_text.logprobs)
+    top_logprobs: int = 0
 
     def chat_request(self, history: Sequence[Mapping] = (), *, format: str | None = None) -> ChatRequest:
         """The internal request for `history` (earlier items, from previous_response_id) + input.
@@ -171,6 +175,8 @@ class ResponsesRequest:
             chat_template_kwargs=kwargs,
             reasoning_effort=effort,
             response_format=self.response_format,
+            logprobs=self.logprobs,
+            top_logprobs=self.top_logprobs,
         )
 
     def skeleton(self, *, id: str, model: str, created_at: int | None = None) -> dict:
@@ -198,6 +204,7 @@ class ResponsesRequest:
             "tool_choice": self.tool_choice_echo,
             "tools": self.tools,
             "top_p": self.top_p,
+            "top_logprobs": self.top_logprobs,
             "truncation": self.truncation,
             "usage": None,
             "user": self.user,
@@ -279,7 +286,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
     include = body.get("include")
     if include is not None and not (isinstance(include, list) and all(isinstance(s, str) for s in include)):
         raise RequestError("'include' must be an array of strings", param="include")
-    get.integer("top_logprobs", minimum=0, maximum=20)  # accepted; logprobs are not returned
+    top_logprobs = get.integer("top_logprobs", minimum=0, maximum=20) or 0
     get.integer("max_tool_calls", minimum=1)
 
     parallel = get.boolean("parallel_tool_calls")
@@ -308,6 +315,8 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
         metadata=dict(metadata),
         user=get.string("user"),
         truncation=truncation,
+        logprobs="message.output_text.logprobs" in (include or ()) or top_logprobs > 0,
+        top_logprobs=top_logprobs,
     )
 
 
@@ -382,7 +391,7 @@ def _item(it: Any, param: str) -> dict:
         call_id = _required_str(it, "call_id", param)
         output = it.get("output")
         if isinstance(output, list):
-            output = "".join(_part(p, f"{param}.output[{j}]")["text"] for j, p in enumerate(output))
+            output = "".join(_part_text(_part(p, f"{param}.output[{j}]")) for j, p in enumerate(output))
         if not isinstance(output, str):
             raise RequestError(
                 f"{param}.output must be a string or an array of text parts", param=f"{param}.output"
@@ -394,8 +403,7 @@ def _item(it: Any, param: str) -> dict:
             "output": output,
             "status": "completed",
         }
-    if kind == "reasoning":
-        texts = []
+    if kind == "reasoning":  # its text parts are checked; encrypted_content is ignored
         for key, part_type in (("content", "reasoning_text"), ("summary", "summary_text")):
             parts = it.get(key)
             if parts is None:
@@ -410,12 +418,11 @@ def _item(it: Any, param: str) -> dict:
                     )
         content = [{"type": "reasoning_text", "text": p["text"]} for p in it.get("content") or []]
         summary = [{"type": "summary_text", "text": p["text"]} for p in it.get("summary") or []]
-        texts = content or summary
         return {
             "id": _str(it, "id", param) or _item_id("rs"),
             "type": "reasoning",
             "summary": summary,
-            "content": content if texts else [],
+            "content": content,
         }
     if kind == "item_reference":
         raise RequestError(
@@ -521,19 +528,7 @@ def items_to_messages(items: Sequence[Mapping], instructions: str | None = None)
                 if it["call_id"] in names:
                     msg["name"] = names[it["call_id"]]
                 out.append(msg)
-    return _join_leading_system(out)
-
-
-def _join_leading_system(messages: list[dict]) -> list[dict]:
-    """The system / developer messages that open the conversation as one system message: many
-    templates (gpt-oss) render only the first message as the system prompt and drop the others."""
-    n = 0
-    while n < len(messages) and messages[n]["role"] in ("system", "developer"):
-        n += 1
-    if n < 2:
-        return messages
-    joined = "\n\n".join(m["content"] for m in messages[:n] if m["content"])
-    return [{"role": "system", "content": joined}, *messages[n:]]
+    return out
 
 
 def _tools(tools: list) -> tuple[list[dict], list[str], dict[str, str]]:
@@ -704,7 +699,7 @@ def response_object(
 class _Item:
     """One output item being built: its wire id, index, kind and text so far."""
 
-    __slots__ = ("id", "index", "kind", "parts", "call_id", "name")
+    __slots__ = ("id", "index", "kind", "parts", "call_id", "name", "logprobs")
 
     def __init__(self, kind: str, index: int, id: str, call_id: str = "", name: str = "") -> None:
         self.kind = kind  # "reasoning" | "message" | "function_call"
@@ -713,6 +708,7 @@ class _Item:
         self.parts: list[str] = []
         self.call_id = call_id
         self.name = name
+        self.logprobs: list[dict] = []  # a message's token logprob entries, when asked for
 
 
 class ResponseStream:
@@ -725,9 +721,19 @@ class ResponseStream:
     """
 
     def __init__(
-        self, skeleton: dict, *, namespaces: Mapping[str, str] | None = None, emit: bool = True
+        self,
+        skeleton: dict,
+        *,
+        namespaces: Mapping[str, str] | None = None,
+        emit: bool = True,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        token_bytes: TokenBytes | None = None,
     ) -> None:
         self.skeleton = skeleton
+        self.logprobs = logprobs
+        self.top_logprobs = top_logprobs
+        self.token_bytes = token_bytes
         self.namespaces = dict(namespaces or {})
         self.emit = emit
         self.seq = 0
@@ -736,7 +742,6 @@ class ResponseStream:
         self._calls: dict[int, _Item] = {}  # parser call index -> its open item
         self._buf: list[bytes] = []
         self._index: dict[str, int] = {}  # item id -> output_index
-        self.calls = 0
         self.final: dict | None = None
 
     # -- the wire
@@ -759,6 +764,10 @@ class ResponseStream:
         return self._take()
 
     def encode(self, events: Iterable[Event]) -> bytes:
+        """The SSE bytes for `events`; adjacent deltas of one item go out as one delta event."""
+        run: list[str] = []  # delta texts of `run_item` not yet sent
+        run_lps: list[TokenLogprob] = []  # their tokens' logprobs (a message's, when asked for)
+        run_item: _Item | None = None
         for e in events:
             t = type(e)
             if t is ContentDelta or t is ReasoningDelta:
@@ -767,56 +776,80 @@ class ResponseStream:
                 kind = "message" if t is ContentDelta else "reasoning"
                 item = self._open
                 if item is None or item.kind != kind:
+                    self._delta(run_item, run, run_lps)
                     item = self._open_item(kind)
-                item.parts.append(e.text)
-                if self.emit:
-                    name = (
-                        b"response.output_text.delta"
-                        if kind == "message"
-                        else b"response.reasoning_text.delta"
-                    )
-                    self._buf.append(
-                        b'event: %s\ndata: {"type":"%s","sequence_number":%d,"item_id":"%s","output_index":%d,'
-                        b'"content_index":0,"delta":%s%s}\n\n'
-                        % (
-                            name,
-                            name,
-                            self.seq,
-                            item.id.encode(),
-                            item.index,
-                            dumps(e.text),
-                            b',"logprobs":[]' if kind == "message" else b"",
-                        )
-                    )
-                self.seq += 1
-            elif t is ToolCallStart:
-                self._close_open()
-                item = self._new_item("function_call", "fc", e.id, e.name)
-                self._calls[e.index] = item
-                self._open = item
-                self.calls += 1
-                self._event(
-                    "response.output_item.added",
-                    {"output_index": item.index, "item": self._call_item(item, "in_progress")},
-                )
+                text = e.text
+                if self.logprobs and e.logprobs and t is ContentDelta:
+                    run_lps.extend(e.logprobs)
             elif t is ToolCallArgsDelta:
                 item = self._calls.get(e.index)
                 if item is None or not e.json_text:
                     continue
-                item.parts.append(e.json_text)
-                if self.emit:
-                    self._buf.append(
-                        b'event: response.function_call_arguments.delta\ndata: {"type":'
-                        b'"response.function_call_arguments.delta","sequence_number":%d,"item_id":"%s",'
-                        b'"output_index":%d,"delta":%s}\n\n'
-                        % (self.seq, item.id.encode(), item.index, dumps(e.json_text))
+                text = e.json_text
+            else:
+                self._delta(run_item, run, run_lps)
+                if t is ToolCallStart:
+                    self._close_open()
+                    call = self._new_item("function_call", "fc", e.id, e.name)
+                    self._calls[e.index] = call
+                    self._open = call
+                    self._event(
+                        "response.output_item.added",
+                        {"output_index": call.index, "item": self._call_item(call, "in_progress")},
                     )
-                self.seq += 1
-            elif t is ToolCallEnd:
-                item = self._calls.pop(e.index, None)
-                if item is not None:
-                    self._close_call(item, "incomplete" if e.incomplete else "completed")
+                elif t is ToolCallEnd:
+                    done = self._calls.pop(e.index, None)
+                    if done is not None:
+                        self._close_call(done, "incomplete" if e.incomplete else "completed")
+                continue
+            if item is not run_item:
+                self._delta(run_item, run, run_lps)
+                run_item = item
+            item.parts.append(text)
+            run.append(text)
+        self._delta(run_item, run, run_lps)
         return self._take()
+
+    def _delta(self, item: _Item | None, run: list[str], lps: list[TokenLogprob]) -> None:
+        """One delta event for `item` carrying the texts in `run` and their logprobs (both then
+        emptied)."""
+        if not run or item is None:
+            return
+        entries = b"[]"
+        if lps:
+            got = logprob_entries(lps, self.top_logprobs, self.token_bytes)
+            item.logprobs += got
+            entries = dumps(got)
+            lps.clear()
+        if self.emit:
+            text = dumps(run[0] if len(run) == 1 else "".join(run))
+            if item.kind == "function_call":
+                self._buf.append(
+                    b'event: response.function_call_arguments.delta\ndata: {"type":'
+                    b'"response.function_call_arguments.delta","sequence_number":%d,"item_id":"%s",'
+                    b'"output_index":%d,"delta":%s}\n\n' % (self.seq, item.id.encode(), item.index, text)
+                )
+            else:
+                name = (
+                    b"response.output_text.delta"
+                    if item.kind == "message"
+                    else b"response.reasoning_text.delta"
+                )
+                self._buf.append(
+                    b'event: %s\ndata: {"type":"%s","sequence_number":%d,"item_id":"%s","output_index":%d,'
+                    b'"content_index":0,"delta":%s%s}\n\n'
+                    % (
+                        name,
+                        name,
+                        self.seq,
+                        item.id.encode(),
+                        item.index,
+                        text,
+                        b',"logprobs":' + entries if item.kind == "message" else b"",
+                    )
+                )
+        self.seq += 1
+        run.clear()
 
     def _new_item(self, kind: str, prefix: str, call_id: str = "", name: str = "") -> _Item:
         item = _Item(kind, len(self._index), _item_id(prefix), call_id, name)
@@ -852,19 +885,19 @@ class ResponseStream:
         )
         return item
 
-    def _close_open(self) -> None:
+    def _close_open(self, status: str = "completed") -> None:
         item, self._open = self._open, None
         if item is None or item.kind == "function_call":
             return  # calls close on their ToolCallEnd (or at finish)
         text = "".join(item.parts)
         where = {"item_id": item.id, "output_index": item.index, "content_index": 0}
         if item.kind == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-            self._event("response.output_text.done", {**where, "text": text, "logprobs": []})
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": item.logprobs}
+            self._event("response.output_text.done", {**where, "text": text, "logprobs": item.logprobs})
             done = {
                 "id": item.id,
                 "type": "message",
-                "status": "completed",
+                "status": status,
                 "role": "assistant",
                 "content": [part],
             }
@@ -876,7 +909,7 @@ class ResponseStream:
                 "type": "reasoning",
                 "summary": [],
                 "content": [part],
-                "status": "completed",
+                "status": status,
             }
         self._event("response.content_part.done", {**where, "part": part})
         self._done(item, done)
@@ -918,8 +951,9 @@ class ResponseStream:
             self.output.sort(key=lambda d: self._index[d["id"]])  # a call that ended after a later item
 
     def close_items(self, *, cut: bool = False) -> None:
-        """Close every open item (at the end of the output); `cut` marks unfinished calls incomplete."""
-        self._close_open()
+        """Close every open item (at the end of the output); `cut` (max_output_tokens) marks the
+        item the output was cut in, and unfinished calls, incomplete."""
+        self._close_open("incomplete" if cut else "completed")
         for index in sorted(self._calls):
             self._close_call(self._calls.pop(index), "incomplete" if cut else "completed")
 
@@ -1007,7 +1041,12 @@ class _Outcomes:
         self.parsed = parsed
         req = parsed.request
         self.out = ResponseStream(
-            req.skeleton(id=response_id(), model=info.model), namespaces=req.namespaces, emit=emit
+            req.skeleton(id=response_id(), model=info.model),
+            namespaces=req.namespaces,
+            emit=emit,
+            logprobs=req.logprobs,
+            top_logprobs=req.top_logprobs,
+            token_bytes=info.token_bytes,
         )
 
     def _close(self, outcome: Outcome) -> bytes:
@@ -1015,7 +1054,9 @@ class _Outcomes:
             p["text"] for item in self.out.output if item["type"] == "reasoning" for p in item["content"]
         )
         count = self.parsed.count_tokens
-        spent = outcome.reasoning_tokens or (count(reasoning) if reasoning and count else 0)
+        # the reasoning text's own tokens where it can be counted; the runner's count (tokens
+        # before the first content or call) takes in the batch the content began in
+        spent = count(reasoning) if reasoning and count else outcome.reasoning_tokens
         cut = outcome.finish_reason == "length"
         data = self.out.finish(
             usage=usage(outcome.prompt_tokens, outcome.completion_tokens, spent),

@@ -69,8 +69,6 @@ def responses_routes(service: Any, store: ResponseStore, run: Runner) -> list[Ro
                 except sqlite3.Error as e:  # the answer still goes out; continuing from it will 404
                     log.error("could not store response %s: %s", response.get("id"), e)
 
-            if req.left_out:
-                log.info("responses: tools left out (no such service here): %s", ", ".join(req.left_out))
             return OPENAI_RESPONSES.parse_with(req, history, format=fmt, keep=keep, count_tokens=count_tokens)
 
         return await run(request, OPENAI_RESPONSES, parse)

@@ -25,6 +25,9 @@ class Agent:
 
 
 CODEX = Agent("codex", "0.169.0", "CHATSIEVE_CODEX", "node_modules/.bin/codex", ".ci/codex.sh")
+CLAUDE_CODE = Agent(
+    "claude-code", "2.1.328", "CHATSIEVE_CLAUDE", "node_modules/.bin/claude", ".ci/claude_code.sh"
+)
 
 
 def agent_binary(agent: Agent) -> Path:

@@ -15,9 +15,10 @@ import os
 import subprocess
 
 import pytest
-from claude_code import claude_binary, command, exports, readme_blocks
+from agent_cli import CLAUDE_CODE, agent_binary
 from fake_engines import FakeEngine, Script, ServerThread, serve_process, spelled
 from models import model_path
+from readme_recipes import command, exports, readme_blocks
 
 import chatsieve
 from chatsieve import formats
@@ -34,7 +35,7 @@ def _call(name: str, args: dict) -> str:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    claude = claude_binary()
+    claude = agent_binary(CLAUDE_CODE)
     tok = chatsieve.load_tokenizer(model_path("qwen3"))
     work = tmp_path_factory.mktemp("work")
     greeting, attack, pwned = work / "greeting.txt", work / "notes.txt", work / "pwned"

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from agent_cli import CODEX, agent_binary
-from claude_code import command, readme_blocks
 from fake_engines import FakeEngine, Script, ServerThread, spelled
+from readme_recipes import command, readme_blocks
 from test_server_agent_loop import _tokenizer
 from test_server_responses import FAMILY_ROWS, WRITERS
 

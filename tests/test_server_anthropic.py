@@ -17,8 +17,8 @@ import anthropic
 import httpx
 import openai
 import pytest
-from claude_code import readme_blocks
 from fake_engines import FakeEngine, Script, ServerThread
+from readme_recipes import readme_blocks
 from test_server_agent_loop import FAMILIES as LOOP_FAMILIES
 from test_server_agent_loop import Family as LoopFamily
 from test_server_agent_loop import _tokenizer

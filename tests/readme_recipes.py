@@ -1,33 +1,12 @@
-"""Finds Claude Code (installed by .ci/claude_code.sh) and the README's recipe lines for the tests.
-
-`claude_binary()` skips with the reason when Claude Code is not installed -- except under CI
-(CHATSIEVE_REQUIRE_MODELS=1), where it fails. `readme_blocks(heading)` gives the fenced code
-blocks of a README section, so the tests run the recipe as written.
-"""
+"""The README's recipes as the tests run them: the fenced code blocks of a section, the
+`export` lines and the command lines in them (tested as written)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
-import pytest
-
-VERSION = "2.1.328"
 _REPO = Path(__file__).resolve().parent.parent
-
-
-def claude_binary() -> Path:
-    """$CHATSIEVE_CLAUDE, or the `claude` that .ci/claude_code.sh installed; else skip (fail under CI)."""
-    env = os.environ.get("CHATSIEVE_CLAUDE")
-    cache = Path(os.environ.get("CHATSIEVE_CACHE", Path.home() / ".cache" / "chatsieve"))
-    path = Path(env) if env else cache / f"claude-code-{VERSION}" / "node_modules" / ".bin" / "claude"
-    if path.is_file() and os.access(path, os.X_OK):
-        return path
-    reason = f"Claude Code {VERSION} not found at {path}: run .ci/claude_code.sh (or set CHATSIEVE_CLAUDE)"
-    if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 def readme_blocks(heading: str) -> list[str]:

@@ -68,6 +68,29 @@ def best(fn, arg_of) -> float:
     return out * 1e3
 
 
+def ask(k: int, system: str, extra: str = "") -> list[dict]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"Task {k}: {extra}go."}]
+
+
+def measure(build, tok, n: int, delimiter: str) -> tuple[float, float, float, float]:
+    """(cold, agent, next turn, delimiter) CPU ms for system prompts of about `n` tokens."""
+    systems = [system_prompt(tok, n, seed) for seed in range(REPEAT + 1)]
+    shared = systems[-1]
+    cold = best(build, lambda k: ask(k, systems[k]))
+    build(ask(-1, shared))
+    agent = best(build, lambda k: ask(k, shared))
+    conv = ask(-1, shared)
+
+    def next_turn(k: int) -> list[dict]:
+        conv.extend([{"role": "assistant", "content": f"Done {k}."}, {"role": "user", "content": f"Now {k}."}])
+        return list(conv)
+
+    build(next_turn(-2))
+    turn = best(build, next_turn)
+    delim = best(build, lambda k: ask(k, shared, f"write {delimiter} literally, "))
+    return cold, agent, turn, delim
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated, of {', '.join(FORMATS)}")
@@ -85,25 +108,8 @@ def main() -> None:
 
         build([{"role": "user", "content": "warm up " + delimiter}])
         for n in SIZES:
-            systems = [system_prompt(tok, n, seed) for seed in range(REPEAT + 1)]
-            shared = systems[-1]
-
-            def ask(k: int, system: str, extra: str = "") -> list[dict]:
-                return [{"role": "system", "content": system}, {"role": "user", "content": f"Task {k}: {extra}go."}]
-
-            cold = best(build, lambda k: ask(k, systems[k]))
-            build(ask(-1, shared))
-            agent = best(build, lambda k: ask(k, shared))
-            conv = ask(-1, shared)
-
-            def next_turn(k: int) -> list[dict]:
-                conv.extend([{"role": "assistant", "content": f"Done {k}."}, {"role": "user", "content": f"Now {k}."}])
-                return list(conv)
-
-            build(next_turn(-2))
-            turn = best(build, next_turn)
-            delim = best(build, lambda k: ask(k, shared, f"write {delimiter} literally, "))
-            size = len(render_prompt(ask(0, shared), tokenizer=tok, tools=tools, format=fmt).token_ids)
+            cold, agent, turn, delim = measure(build, tok, n, delimiter)
+            size = len(render_prompt(ask(0, system_prompt(tok, n, 0)), tokenizer=tok, tools=tools, format=fmt).token_ids)
             print(f"{fmt:8} {n:7d} {size:7d} {cold:7.2f} {agent:7.2f} {turn:9.2f} {delim:9.2f}", flush=True)
 
 

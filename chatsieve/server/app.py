@@ -372,9 +372,7 @@ class Generation:
                     )
                 self.completion_tokens += len(ids)
                 if ids:
-                    events = self.parser.feed(
-                        token_ids=list(ids), logprobs=list(lps) if lps is not None else None
-                    )
+                    events = self.parser.feed(token_ids=ids, logprobs=list(lps) if lps is not None else None)
                     if events:
                         yield self.calls.apply(events)
                 if batch.finish_reason:

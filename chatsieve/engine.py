@@ -91,6 +91,16 @@ class Engine:
         self._pending: list[str] = []  # its argument text not yet sent
         self._keys: FirstKeyWins | None = None  # streaming: drops repeated keys as they come
         self._cur: int | None = None  # streaming mode: index of the open call
+        # A region end (its close marker, the turn's end) that the codec took as text inside
+        # a string: the segments since, the ops held meanwhile, and where the call's raw text
+        # ends. The call completing proves it text; a call that fails instead was ended there.
+        self._suspect: list[Segment] | None = None
+        self._suspect_ops: list = []
+        self._suspect_raw = 0
+        self._rerun: list[Segment] = []  # segments to read again once the region is gone
+        # markers recognised only by their token id (set by the parser in token mode): a
+        # region end among them is structural, never string text
+        self.gated: frozenset[str] = frozenset()
         self.truncated = False
         self.called = False
         self._mode = CONTENT
@@ -118,11 +128,20 @@ class Engine:
 
     # ---- input ---------------------------------------------------------------------
     def segment(self, seg: Segment) -> None:
+        if self._suspect is not None:
+            self._suspect.append(seg)
         if isinstance(seg, Text):
             self._text_end = seg.start + len(seg.text)
             self._on_text(seg.text, seg.start)
         else:
             self._on_marker(seg)
+        self._read_again()
+
+    def _read_again(self) -> None:
+        while self._rerun:
+            segs, self._rerun = self._rerun, []
+            for seg in segs:
+                self.segment(seg)
 
     def take_plain(self, text: str, start: int) -> str | None:
         """Fast lane for a text segment that surely just continues the open field: no
@@ -148,7 +167,7 @@ class Engine:
                 return None
             sink = self._content
         elif mode == REGION:
-            if self._replay is not None or not text:
+            if self._replay is not None or self._suspect is not None or not text:
                 return None
             json_text = self._region.plain(text)
             if json_text is None:
@@ -183,6 +202,8 @@ class Engine:
                 if used < len(text) and region.in_call:  # a codec that forgot its call
                     region.close(truncated=False)
                 self._drain()
+                if self._region is not region:
+                    return  # a suspected region end proved real: the text is read again
                 back = region.give_back  # the tail of what it read that was not its own
                 if used >= len(text) and not back:
                     return
@@ -215,7 +236,13 @@ class Engine:
             return
         if mode == REGION:
             self._raw.append(m)
-            if self._region.marker(m):
+            ends = m in self._c_close or m in self._end
+            if ends and m in self.gated:
+                pass  # arrived as its token id: the region's end, even inside a string
+            elif self._region.marker(m):
+                if ends and self._suspect is None and self._replay is None and self._region.in_call:
+                    self._suspect = []
+                    self._suspect_raw = len(self._raw)
                 if self._replay is not None:
                     self._replay.append((m, seg.start, True))
                     if not self._settle():
@@ -383,7 +410,7 @@ class Engine:
     def _open_region(self, return_mode: str, *, tentative: bool = False, opener: str | None = None) -> None:
         if self._start_held is not None:
             self._flush_start_held()
-        self._region = self.spec.codec(CallContext(self._tools, tentative=tentative, opener=opener))
+        self._region = self.spec.codec(CallContext(self._tools, tentative=tentative, opener=opener, gated=self.gated))
         self._region_return = return_mode
         self._raw = []
         self._replay = [] if tentative else None
@@ -413,6 +440,10 @@ class Engine:
         """Close the region; False when it was a tentative one that proved no call."""
         region = self._region
         region.close(truncated=truncated)
+        if self._suspect is not None:
+            self._drain()
+            if self._region is not region:
+                return True  # the region had ended at the suspected marker
         if self._replay is not None:
             if region.verdict is None:
                 region.verdict = False
@@ -436,6 +467,30 @@ class Engine:
         (stream_arguments) piece by piece from its start."""
         region = self._region
         ops, region.ops = region.ops, []
+        if self._suspect is not None:
+            self._suspect_ops += ops
+            first = next((op for op in self._suspect_ops if isinstance(op, End | Fail)), None)
+            if first is None:
+                return  # undecided: hold the ops
+            if isinstance(first, Fail):
+                self._suspect_ended(region)
+                return
+            ops, self._suspect_ops, self._suspect = self._suspect_ops, [], None  # it was text
+        self._apply(ops)
+
+    def _suspect_ended(self, region: RegionCodec) -> None:
+        """The call failed after a region end it had taken as string text: the region
+        ended there. The call is malformed; what came after is read again outside."""
+        rerun, self._suspect, self._suspect_ops = self._suspect, None, []
+        marker = self._raw[self._suspect_raw - 1]
+        self._raw = self._raw[: self._suspect_raw]
+        why = f"unterminated string: {marker} ended the call inside it"
+        self._apply([Fail(why)])
+        region.give_back = ""
+        self._close_region()
+        self._rerun = rerun + self._rerun
+
+    def _apply(self, ops: list) -> None:
         stream = self.stream_arguments
         for op in ops:
             if isinstance(op, Start):
@@ -502,8 +557,9 @@ class Engine:
     def finish(self, *, cut: bool = True) -> None:
         """End of output. `cut`: it may have been cut short (max tokens) rather than
         ended by the model, so an unfinished call counts as truncated."""
-        if self._mode == REGION:
+        while self._mode == REGION:  # a region end inside a string may open another
             self._end_region(truncated=cut)
+            self._read_again()
         self._flush_start_held()
         self._release_label()
         if self._filter is not None:

@@ -141,6 +141,7 @@ class StreamParser:
             text_markers = [d for d, tid in self.gated.items() if tid is None]
             text_markers += self.spec.text_call_open
             self._lexer = MarkerLexer(text_markers, id_markers, tokenizer.special_ids, gated_text)
+            self._engine.gated = frozenset(d for d, tid in self.gated.items() if tid is not None)
         else:
             self.gated = {d: None for d in self.spec.delimiters}
             self._lexer = MarkerLexer(self.spec.delimiters + self.spec.text_call_open)
@@ -249,6 +250,17 @@ class StreamParser:
     def stopped(self) -> bool:
         """A stop token or stop string ended the output."""
         return self._stops is not None and self._stops.stopped
+
+    @property
+    def stop_strings(self) -> bool:
+        """Whether stop strings are matched (an output may then end inside a batch of ids)."""
+        return self._stops is not None and bool(self._stops._stops)
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended the output, if one did (not a stop token)."""
+        reason = self._stops.stop_reason if self._stops is not None else None
+        return reason if isinstance(reason, str) else None
 
     # ---- pipeline ----------------------------------------------------------------------
     def _feed_ids(self, token_ids: Sequence[int]) -> list[Event]:

@@ -89,6 +89,8 @@ class CallContext:
     # through `verdict`, whether this really is a call.
     tentative: bool = False
     opener: str | None = None  # the marker (or trigger text) that opened the region
+    # markers recognised only by their token id (token mode): never text inside a string
+    gated: frozenset[str] = frozenset()
 
 
 class RegionCodec:

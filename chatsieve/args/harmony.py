@@ -47,7 +47,7 @@ class HarmonyArgsCodec(RegionCodec):
         return self._sc.plain(text) if self._error is None else None
 
     def marker(self, marker: str) -> bool:
-        if self._error is None and self._sc.in_string:
+        if self._error is None and self._sc.in_string and marker not in self.ctx.gated:
             self.feed(marker)  # a delimiter spelled inside a JSON string is just text
             return True
         return False

@@ -10,11 +10,12 @@ text, except `structural` ones (the region's end, the turn's end).
 Values are raw text, so they can hold the tags themselves (a file that contains
 `</parameter>`). A tag inside a value counts only when what follows it continues the
 call, and the value's tail is held back until that is clear:
-- VALUE_CLOSE, when whitespace and then KEY_OPEN with a parameter of this tool (any
-  name without a schema), CALL_CLOSE, or the region's end follow;
-- KEY_OPEN with a declared parameter other than this one (without a schema: at the
-  start of a line), and CALL_CLOSE followed by the region's end or the next call:
-  the model left VALUE_CLOSE out, and the value ends there (repaired, reported).
+- VALUE_CLOSE, when whitespace and then KEY_OPEN with any parameter name (declared
+  or not: the server's schema handling decides), CALL_CLOSE, or the region's end follow;
+- KEY_OPEN with a declared parameter the call does not have yet (without a schema: at
+  the start of a line), and CALL_CLOSE followed by the region's end or the next call:
+  the model left VALUE_CLOSE out, and the value ends there (repaired, reported). A
+  parameter the call already has, named again inside a value, is the value's text.
 """
 
 from __future__ import annotations
@@ -147,6 +148,7 @@ class XmlKvCodec(RegionCodec):
         self._v_hold = ""  # a trailing newline that may be trimmed
         self._v_nl = True  # the value so far is empty or ends a line
         self._cur_key = ""  # the parameter whose value is being read
+        self._given: set[str] = set()  # the parameters the current call has so far
         self._peek_tag = ""  # PEEK: the tag inside the value being decided
 
     # ---- interface -------------------------------------------------------------------
@@ -311,11 +313,17 @@ class XmlKvCodec(RegionCodec):
         key = self._unquote(raw)[0] if syn.quoted else raw
         if not key or any(c in key for c in "<>\n"):
             return False
+        if not missing_close:
+            # VALUE_CLOSE, then the next parameter: the call goes on whether or not the
+            # schema declares that parameter (the server's schema handling decides)
+            return True
+        if key in self._given:
+            return False  # a repair never replaces a value the call already has: text
         schema = self.ctx.tools.get(self._name)
         props = schema.get("properties") if isinstance(schema, Mapping) else None
         if isinstance(props, Mapping) and props:
-            return key in props and not (missing_close and key == self._cur_key)
-        return self._v_nl if missing_close else True
+            return key in props
+        return self._v_nl
 
     def _text(self, s: str) -> None:
         if not s:
@@ -395,6 +403,7 @@ class XmlKvCodec(RegionCodec):
             return
         self._name = name
         self._nargs = 0
+        self._given = set()
         self.start(name)
         self.args("{")
         self._st = ARGS
@@ -423,6 +432,7 @@ class XmlKvCodec(RegionCodec):
             return
         self._key_kind = kind
         self._cur_key = key
+        self._given.add(key)
         self._key_schema = property_schema(self.ctx.tools.get(self._name), key)
         self.args(("," if self._nargs else "") + _dump(key) + ":")
         self._nargs += 1

@@ -55,6 +55,7 @@ class HarmonyEngine(Engine):
         self._strip_set = frozenset(spec.strip)
         self._initial = True  # no message body has begun yet
         self._sink: FieldSink | None = None
+        self._join = False  # the open message's first text needs a newline before it
         self._kind = ""
         self._drop: list[str] = []
         self._drop_why = ""
@@ -297,7 +298,7 @@ class HarmonyEngine(Engine):
                 return
             self._mode = BODY
             self._kind = CALLBODY
-            self._region = HarmonyArgsCodec(CallContext(self._tools), name)
+            self._region = HarmonyArgsCodec(CallContext(self._tools, gated=self.gated), name)
             self._raw = list(raw)
             self._drain()
         elif recipient is not None:
@@ -312,10 +313,10 @@ class HarmonyEngine(Engine):
         self._mode = BODY
         self._kind = kind
         self._sink = self._reasoning if kind == REASONING else self._content
-        if kind == REASONING and self._reasoning.started:
-            # several analysis messages: one per line, never glued (held: a message that
-            # brings no text adds none)
-            self._reasoning.write("\n", self._message_at)
+        # several analysis messages, or several visible ones (a commentary preamble, the
+        # final answer): never glued. A newline goes between them unless whitespace already
+        # does (written with the message's first text: a message that brings none adds none)
+        self._join = self._sink.started and not self._sink._held
 
     def _begin_drop(self, raw: list[str], why: str) -> None:
         self._mode = BODY
@@ -332,6 +333,10 @@ class HarmonyEngine(Engine):
         elif kind == DROP:
             self._drop.append(text)
         else:
+            if self._join and text:
+                self._join = False
+                if text[0] not in _WS:
+                    self._sink.write("\n", start)
             self._sink.write(text, start)
 
     def _end_current(self, *, truncated: bool) -> None:

@@ -13,7 +13,7 @@ import ipaddress
 import json
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,16 @@ def default_allowed_hosts(bind_host: str) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys((*LOOPBACK_HOSTS, bind_host.strip("[]").lower())))
 
 
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot be an API key (None if it can): an empty key would let an empty
+    `Authorization: Bearer` in, and a key with spaces or control characters can never be sent."""
+    if not key:
+        return "an API key may not be empty (an empty key would accept 'Authorization: Bearer' with no token)"
+    if not all("!" <= ch <= "~" for ch in key):
+        return "an API key must be printable ASCII without spaces"
+    return None
+
+
 @dataclass(frozen=True)
 class SecurityPolicy:
     api_keys: tuple[str, ...] = ()
@@ -57,12 +67,25 @@ def error(message: str, code: str, type: str = "invalid_request_error") -> bytes
     return json.dumps({"error": {"message": message, "type": type, "param": None, "code": code}}).encode()
 
 
+# (path, status, message, code) -> the refusal's body, in the shape of the protocol on that path
+ErrorShape = Callable[[str, int, str, str], bytes]
+
+
+def openai_shape(path: str, status: int, message: str, code: str) -> bytes:
+    return error(message, code)
+
+
 class SecurityMiddleware:
     """Checks each HTTP request against a `SecurityPolicy` before the app sees it."""
 
-    def __init__(self, app: ASGIApp, policy: SecurityPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: SecurityPolicy, error_shape: ErrorShape = openai_shape) -> None:
         self.app = app
         self.policy = policy
+        self.error_shape = error_shape
+        for key in policy.api_keys:
+            problem = key_problem(key)
+            if problem:
+                raise ValueError(problem)
         # Keys are compared as digests: the comparison takes the same time whatever the key's
         # length or the number of matching leading characters.
         self._keys = tuple(hashlib.sha256(k.encode()).digest() for k in policy.api_keys)
@@ -85,10 +108,9 @@ class SecurityMiddleware:
         headers = _headers(scope)
         refusal = self._refuse(scope, headers)
         if refusal is not None:
-            status, body, extra = refusal
-            log.info("%s %s %s refused: %d %s", request_id, scope["method"], scope["path"], status,
-                     json.loads(body)["error"]["code"])
-            await _respond(send_with_id, status, body, extra)
+            status, message, code, extra = refusal
+            log.info("%s %s %s refused: %d %s", request_id, scope["method"], scope["path"], status, code)
+            await _respond(send_with_id, status, self.error_shape(scope["path"], status, message, code), extra)
             return
         if scope["method"] in ("POST", "PUT", "PATCH"):
             try:
@@ -96,14 +118,14 @@ class SecurityMiddleware:
                     body = await _read_body(receive, self.policy.max_body_bytes)
             except _TooLarge:
                 log.info("%s request body over %d bytes: 413", request_id, self.policy.max_body_bytes)
-                await _respond(send_with_id, 413, error(
-                    f"the request body is larger than {self.policy.max_body_bytes} bytes",
+                await _respond(send_with_id, 413, self.error_shape(
+                    scope["path"], 413, f"the request body is larger than {self.policy.max_body_bytes} bytes",
                     "request_too_large"), [(b"connection", b"close")])
                 return
             except TimeoutError:
                 log.info("%s request body not received within %gs: 408", request_id, self.policy.body_timeout)
-                await _respond(send_with_id, 408, error(
-                    f"the request body did not arrive within {self.policy.body_timeout:g} seconds",
+                await _respond(send_with_id, 408, self.error_shape(
+                    scope["path"], 408, f"the request body did not arrive within {self.policy.body_timeout:g} seconds",
                     "request_timeout"), [(b"connection", b"close")])
                 return
             if body is None:
@@ -111,38 +133,43 @@ class SecurityMiddleware:
             receive = _replay(body, receive)
         await self.app(scope, receive, send_with_id)
 
-    def _refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, bytes, list] | None:
+    def _refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, str, list] | None:
+        """(status, message, code, extra headers) of a refusal, or None."""
         if self._hosts is not None:
             host = _hostname(headers.get(b"host", b"").decode("latin-1"))
             if host not in self._hosts:
-                return 400, error(
-                    f"the Host {host!r} is not one this server answers to (--allowed-hosts)",
-                    "host_not_allowed"), []
+                return 400, f"the Host {host!r} is not one this server answers to (--allowed-hosts)", \
+                    "host_not_allowed", []
         if self._keys and scope["path"] not in self.policy.open_paths:
-            if not self._key_ok(headers.get(b"authorization", b"")):
-                return 401, error(
-                    "invalid or missing API key: send the header 'Authorization: Bearer <key>'",
-                    "invalid_api_key"), [(b"www-authenticate", b"Bearer")]
+            if not self._key_ok(headers.get(b"authorization"), headers.get(b"x-api-key")):
+                return 401, "invalid or missing API key: send the header 'Authorization: Bearer <key>' " \
+                    "(or 'x-api-key: <key>')", "invalid_api_key", [(b"www-authenticate", b"Bearer")]
         if scope["method"] in ("POST", "PUT", "PATCH"):
             kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if kind != b"application/json":
-                return 415, error(
-                    "the request body must be JSON, sent with 'Content-Type: application/json'",
-                    "unsupported_media_type"), []
+                return 415, "the request body must be JSON, sent with 'Content-Type: application/json'", \
+                    "unsupported_media_type", []
             length = headers.get(b"content-length")
             if length is not None and length.strip().isdigit() and int(length) > self.policy.max_body_bytes:
-                return 413, error(
-                    f"the request body is larger than {self.policy.max_body_bytes} bytes",
-                    "request_too_large"), [(b"connection", b"close")]
+                return 413, f"the request body is larger than {self.policy.max_body_bytes} bytes", \
+                    "request_too_large", [(b"connection", b"close")]
         return None
 
-    def _key_ok(self, header: bytes) -> bool:
-        scheme, _, token = header.decode("latin-1").partition(" ")
-        given = hashlib.sha256(token.strip().encode("latin-1")).digest()
+    def _key_ok(self, authorization: bytes | None, x_api_key: bytes | None) -> bool:
+        """A valid key in `Authorization: Bearer KEY` or in Anthropic's `x-api-key: KEY`."""
+        candidates = []
+        if authorization is not None:
+            scheme, _, token = authorization.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer":
+                candidates.append(token.strip())
+        if x_api_key is not None:
+            candidates.append(x_api_key.decode("latin-1").strip())
         ok = False
-        for key in self._keys:  # no early exit: every key is compared
-            ok |= hmac.compare_digest(given, key)
-        return ok and scheme.lower() == "bearer"
+        for token in candidates:
+            given = hashlib.sha256(token.encode("latin-1")).digest()
+            for key in self._keys:  # no early exit: every key is compared
+                ok |= hmac.compare_digest(given, key)
+        return ok
 
 
 class _TooLarge(Exception):

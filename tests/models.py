@@ -71,12 +71,27 @@ def _github_only(rel: str) -> str | None:
 
 
 def model_path(rel: str) -> Path:
-    p = models_dir() / rel
+    """A file or tokenizer directory under the models directory; skips (fails under CI)
+    when absent -- a documented GitHub-only file skips even under CI, also when it is a
+    file of the directory asked for (a tokenizer directory a registry copy cannot fill)."""
+    if rel.startswith("llama.cpp/models/"):  # the registry copy's llama.cpp folder, wherever it is
+        p = llama_cpp_models() / rel[len("llama.cpp/models/") :]
+        if not p.exists():
+            _absent(f"missing model file {p}")
+        return p
+    base = models_dir()
+    p = base / rel
     if not p.exists():
         why = _github_only(rel)
         if why:
             pytest.skip(why)  # a documented exception, even under CI
         _absent(f"missing model file {p}")
+    if p.is_dir():
+        from chatsieve.testdata import GITHUB_ONLY
+
+        for path in GITHUB_ONLY:
+            if path.startswith(rel.rstrip("/") + "/") and not path.endswith(".jinja") and not (base / path).exists():
+                pytest.skip(_github_only(path))
     return p
 
 
@@ -171,13 +186,7 @@ def _load(name: str):
         return load_tokenizer(mistral_tekken_tokenizer(), config={"bos_token": "<s>", "eos_token": "</s>"})
     if name not in _TOKENIZER_DIRS:
         raise KeyError(f"no test tokenizer named {name!r}; known: gemma4, {', '.join(_TOKENIZER_DIRS)}")
-    from chatsieve.testdata import GITHUB_ONLY
-
-    directory = _TOKENIZER_DIRS[name]
-    for rel in GITHUB_ONLY:  # a registry copy lacks these: skip, as a documented exception
-        if rel.startswith(directory + "/") and not rel.endswith(".jinja"):
-            model_path(rel)
-    return load_tokenizer(model_path(directory))
+    return load_tokenizer(model_path(_TOKENIZER_DIRS[name]))
 
 
 def tokenizer(name: str):

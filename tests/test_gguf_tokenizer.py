@@ -11,6 +11,8 @@ import models
 import pytest
 import real_engine
 from corpus import varied_sample
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_gguf import write_gguf
 
 from chatsieve.gguf import GGUFError, read_metadata, vocab_mismatches
@@ -237,3 +239,20 @@ def test_bad_gguf_vocabularies_are_clear_errors(tmp_path, kv, message):
     with pytest.raises(GGUFError, match=message) as e:
         load_tokenizer(path)
     assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize(("name", "reference"), [("qwen2", "qwen3"), ("llama-bpe", "llama3")])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(st.characters(codec="utf-8", exclude_characters="<|>"), max_size=60))
+def test_same_ids_as_the_tokenizer_json_on_any_text(name, reference, text):
+    """(No "<|>": the two vocabularies' added tokens differ, ordinary text must not.)"""
+    gguf, ref = gguf_tok(name), models.tokenizer(reference)
+    assert gguf.encode(text) == ref.encode(text)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(st.characters(codec="utf-8"), max_size=60))
+def test_gemma4_decode_inverts_encode(text):
+    """Gemma 4's vocabulary (byte fallback, no normalisation but spaces) gives back any text."""
+    tok = gguf_tok("gemma-4")
+    assert tok.decode(tok.encode(text)) == text

@@ -484,7 +484,7 @@ TEMPLATE_OF = {"qwen3": "qwen3/chat_template.jinja", "gemma4": "gemma4/chat_temp
     ("qwen3", "qwen3", "<|fim_prefix|>"),
     ("qwen3", "qwen3", "<|file_sep|>"),
     ("qwen3", "qwen3", "<tool_response>"),
-    ("gemma4", "gemma4", "<unused7>"),
+    ("gemma4", "gemma4", "<|video|>"),  # control in the real vocabulary (its <unusedN> are ordinary)
     ("gemma4", "gemma4", "<|image|>"),
     ("deepseek", "deepseek_r1", "<｜fim▁hole｜>"),
     ("llama3", "llama3_json", "<|reserved_special_token_3|>"),

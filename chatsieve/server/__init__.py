@@ -241,6 +241,22 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     )
 
 
+def _engine_gguf(args: argparse.Namespace) -> Path | None:
+    """The GGUF a local llama-server runs (its /props `model_path`), if it answers and the
+    file is readable here."""
+    import asyncio
+
+    import httpx
+
+    from chatsieve.server.model_check import engine_model_path
+
+    async def ask() -> Path | None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
+            return await engine_model_path(client, args.backend[0])
+
+    return asyncio.run(ask())
+
+
 def serve_main(argv: Sequence[str] | None = None) -> int:
     """Run the server until interrupted; 2 with a one-line error on bad arguments."""
     args = build_parser().parse_args(argv)
@@ -249,18 +265,22 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         print(f"chatsieve serve: error: {msg}", file=sys.stderr)
         return 2
 
+    for url in args.backend:
+        if not url.startswith(("http://", "https://")):
+            return fail(f"--backend must be an http(s) URL, got {url!r}")
     if args.model_dir is None and args.gguf is None:
-        return fail(
-            "give --model-dir (a directory with the tokenizer and chat template) or --gguf (the "
-            "engine's GGUF file, whose vocabulary and chat template are used)"
-        )
+        found = _engine_gguf(args) if args.backend_kind == "llamacpp" else None
+        if found is None:
+            return fail(
+                "give --model-dir (a directory with the tokenizer and chat template) or --gguf (the "
+                "engine's GGUF file, whose vocabulary and chat template are used); a local "
+                "llama-server's model is used by itself when its /props names a file readable here"
+            )
+        args.gguf = str(found)
     if args.model_dir is not None and not Path(args.model_dir).is_dir():
         return fail(f"--model-dir {args.model_dir!r} is not a directory")
     if args.gguf is not None and not Path(args.gguf).is_file():
         return fail(f"--gguf {args.gguf!r} is not a file")
-    for url in args.backend:
-        if not url.startswith(("http://", "https://")):
-            return fail(f"--backend must be an http(s) URL, got {url!r}")
     if args.workers < 1:
         return fail(f"--workers must be at least 1, got {args.workers}")
     if args.max_connections < 1:
@@ -314,10 +334,10 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         app = create_app(config)
     except Exception as e:
         return fail(f"cannot load the tokenizer from {config.model_dir}: {e}")
-    if args.model_dir is None and not app.state.service.tokenizer.chat_template:
+    if args.model_dir is None and not args.chat_template and not app.state.service.tokenizer.chat_template:
         return fail(
-            f"the GGUF {args.gguf} carries no chat template (tokenizer.chat_template): give --model-dir "
-            "with the model's tokenizer and chat_template.jinja instead"
+            f"the GGUF {args.gguf} carries no chat template (tokenizer.chat_template): give "
+            "--chat-template FILE, or --model-dir with the model's tokenizer and chat template"
         )
     if args.gguf and args.model_dir:  # checked here too, so a mismatch is one clear line before uvicorn starts
         from chatsieve.server.model_check import ModelMismatch, check_model

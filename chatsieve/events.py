@@ -133,7 +133,8 @@ class Message:
 class MessageBuilder:
     """Folds events into a Message, in order; the strings are joined only when read."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_logprobs: bool = True) -> None:
+        self._keep_logprobs = keep_logprobs  # False: the events' logprobs are not collected
         self._reasoning: list[str] = []
         self._content: list[str] = []
         self._calls: list[ToolCall] = []
@@ -181,6 +182,8 @@ class MessageBuilder:
         )
 
     def _add_logprobs(self, logprobs: tuple[TokenLogprob, ...]) -> None:
+        if not self._keep_logprobs:
+            return
         if self._logprobs is None:
             self._logprobs = []
         self._logprobs.extend(logprobs)

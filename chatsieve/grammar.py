@@ -476,6 +476,19 @@ def response_format_constraint(response_format: Mapping[str, Any] | None) -> Con
     raise GrammarError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
 
 
+def check_schema_size(tools: Sequence[Mapping[str, Any]]) -> None:
+    """`GrammarTooLarge` when the tools' schemas pass the grammar bounds, whatever constraint is
+    sent: a JSON Schema handed to the engine is compiled there, with the same blow-up risk."""
+    values = ValueGrammar(_Rules(), JSON_LITERALS)
+    for tool in normalize_tools(tools).values():
+        try:
+            values.value(tool or {"type": "object"}, "size")
+        except GrammarTooLarge:
+            raise
+        except GrammarError:
+            pass  # keywords the engine's own JSON Schema support may take
+
+
 def forced_calls(
     format: str | FormatSpec,
     *,
@@ -493,6 +506,8 @@ def forced_calls(
     try:
         return Constraint("grammar", grammar=call_grammar(
             format, tools, engine=engine, token_id=token_id, parallel=parallel, thinking=thinking))
+    except GrammarTooLarge:
+        raise  # a bound on the request's schemas, not something another constraint can work around
     except GrammarError as own:
         spec = get_format(format)
         end = _reasoning_end(spec, thinking)
@@ -501,6 +516,7 @@ def forced_calls(
                 f"tool_choice for format {spec.name!r} with thinking on: {own}; turn thinking off "
                 "(chat_template_kwargs.enable_thinking: false)"
             ) from None
+        check_schema_size(tools)
         return Constraint("json_schema", schema=call_list_schema(tools, parallel=parallel), calls=True,
                           reasoning_end=end, answer_prefix=_answer_prefix(spec) if end else None)
 
@@ -531,6 +547,8 @@ def calls_or_answer(
         return Constraint("grammar", grammar=call_grammar(
             format, tools, engine=engine, token_id=token_id, parallel=parallel, thinking=thinking,
             answer_schema=answer_schema))
+    except GrammarTooLarge:
+        raise  # a bound on the request's schemas, not something another constraint can work around
     except GrammarError as own:
         spec = get_format(format)
         end = _reasoning_end(spec, thinking)
@@ -539,6 +557,7 @@ def calls_or_answer(
                 f"tools with response_format for format {spec.name!r} with thinking on: {own}; turn thinking "
                 "off (chat_template_kwargs.enable_thinking: false)"
             ) from None
+        check_schema_size(tools)
         schema = {"anyOf": [call_list_schema(tools, parallel=parallel), answer_schema]}
         return Constraint("json_schema", schema=schema, calls=True, reasoning_end=end,
                           answer_prefix=_answer_prefix(spec) if end else None)

@@ -118,6 +118,7 @@ class StreamParser:
         stop_token_ids: Iterable[int] | None = None,
         include_stop_str_in_output: bool = False,
         fast_lane: bool = True,
+        keep_logprobs: bool = True,
     ) -> None:
         self.spec = formats.get(format)
         self._fast_lane = fast_lane
@@ -129,7 +130,9 @@ class StreamParser:
             prompt=prompt,
             stream_arguments=stream_arguments,
         )
-        self._builder = MessageBuilder()
+        # keep_logprobs=False: `message.logprobs` stays None, for a caller that sends each event's
+        # logprobs on as they come (a stream then holds none of them)
+        self._builder = MessageBuilder(keep_logprobs=keep_logprobs)
         self._detok = None
         if tokenizer is not None:
             from .detok import Detokenizer

@@ -44,6 +44,7 @@ Isolation, precisely:
 from __future__ import annotations
 
 import argparse
+import bisect
 import copy
 import dataclasses
 import functools
@@ -774,22 +775,33 @@ def _encode_as_text(tok: Tokenizer, text: str, delims: _Delimiters) -> list[int]
     )
 
 
-def _align(real: str, marked: str, mk: _Markers) -> list[int | None] | None:
+class _Positions:
+    """Where each character of the real rendering sits in the marked one (`span`), in memory
+    proportional to the markers, not to the prompt (a long prompt has few)."""
+
+    def __init__(self, before: list[int] | None = None, table: list[int | None] | None = None) -> None:
+        self.before = before  # exact case: for the k-th marker, the real characters before it
+        self.table = table  # whitespace case: per character, its index or None
+
+    def span(self, a: int, b: int) -> list[int]:
+        """Marked indices of real characters a..b (those that have one)."""
+        if self.table is not None:
+            return [j for j in self.table[a:b] if j is not None]
+        assert self.before is not None
+        return [i + bisect.bisect_right(self.before, i) for i in range(a, b)]
+
+
+def _align(real: str, marked: str, mk: _Markers) -> _Positions | None:
     """For each character of `real`, its index in `marked`, or None if the renderings disagree.
 
     Exact when `marked` minus the markers is `real`. Otherwise, when the two differ only in
     whitespace (a marker next to the content blocked a template's strip()), the non-whitespace
     characters are matched one to one, in order, and whitespace maps to None.
     """
-    marker = re.compile("[" + re.escape(mk.all) + "]")
-    kept: list[int] = []
-    prev = 0
-    for m in marker.finditer(marked):
-        kept.extend(range(prev, m.start()))
-        prev = m.end()
-    kept.extend(range(prev, len(marked)))
-    if marker.sub("", marked) == real:
-        return kept
+    at = [m.start() for m in re.finditer("[" + re.escape(mk.all) + "]", marked)]
+    if marked.translate({ord(c): None for c in mk.all}) == real:
+        return _Positions(before=[p - k for k, p in enumerate(at)])
+    kept = [j for j, ch in enumerate(marked) if ch not in mk.all]
     solid = [j for j in kept if not marked[j].isspace()]
     real_solid = [i for i, ch in enumerate(real) if not ch.isspace()]
     if len(solid) != len(real_solid) or any(real[i] != marked[j] for i, j in zip(real_solid, solid, strict=True)):
@@ -797,10 +809,10 @@ def _align(real: str, marked: str, mk: _Markers) -> list[int | None] | None:
     pos: list[int | None] = [None] * len(real)
     for i, j in zip(real_solid, solid, strict=True):
         pos[i] = j
-    return pos
+    return _Positions(table=pos)
 
 
-def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: _Markers,
+def _isolate(tok: Tokenizer, real: str, marked: str, pos: _Positions, mk: _Markers,
              delims: _Delimiters) -> tuple[list[int], list[tuple[int, int]]]:
     """Plain ids of `real`, with the delimiter tokens that came from caller text replaced."""
     # Characters of `marked` that belong to a delimiter found in caller text: `open delim close`.
@@ -820,7 +832,7 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
     done = 0  # plain[:done] is in ids
     for i in [i for i, tid in enumerate(plain) if tid in delimiter_ids]:
         a, b = enc.span(i)
-        where = [j for j in pos[a:b] if j is not None]
+        where = pos.span(a, b)
         # From caller text, or assembled across the edge of a caller string (a marker sits
         # between its characters); a delimiter we cannot place is treated as caller text.
         if (not where or any(from_caller[j] for j in where)
@@ -841,17 +853,39 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
     return ids, spans
 
 
+# Piecewise counting (below): pieces of about this many characters, cut before a space; each cut
+# may save at most this many tokens against encoding the whole text.
+_COUNT_PIECE = 32_768
+_CUT_SLACK = 4
+
+
 def _min_tokens(tok: Tokenizer, text: str, limit: int) -> int:
-    """A lower bound on the number of tokens of `text`, cheap next to encoding it.
+    """A lower bound on the number of tokens of `text`, cheap next to encoding it whole.
 
     Every token holds at least one byte, so text of at most `limit` bytes is never too long; and no
-    token holds more bytes than the vocabulary's longest, which bounds the count from below.
-    (A pre-tokenizer count would be tighter, but costs about as much as encoding.)
+    token holds more bytes than the vocabulary's longest, which bounds the count from below. When
+    that does not decide and the text is several times longer than the limit in bytes, it is
+    encoded in pieces cut before a space (the pre-tokenizers here start a word there), counting
+    each piece's tokens less a slack per cut, until the count passes the limit: an over-long
+    prompt is then refused after encoding about `limit` tokens, in memory for one piece.
     """
     size = len(text.encode("utf-8", "surrogatepass"))
     if size <= limit:
         return 0
-    return -(-size // _longest_token_bytes(tok))
+    floor = -(-size // _longest_token_bytes(tok))
+    if floor > limit or size < 6 * limit or len(text) <= 2 * _COUNT_PIECE:
+        return floor  # (a short text is cheap to encode whole, and its count is then exact)
+    counted, start = 0, 0
+    while start < len(text):
+        end = text.find(" ", start + _COUNT_PIECE)
+        end = len(text) if end < 0 else end
+        piece = text[start:end]
+        counted += len(tok.hf.encode_batch([piece], add_special_tokens=False)[0].ids)
+        counted -= _CUT_SLACK if end < len(text) else 0
+        if counted > limit:
+            return counted
+        start = end
+    return max(floor, 0)
 
 
 _LONGEST_CACHE: dict[int, tuple[Any, int]] = {}

@@ -37,7 +37,7 @@ from starlette.types import Receive, Scope, Send
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.call_list import CallListParser
 from chatsieve.events import Event
-from chatsieve.grammar import GrammarError
+from chatsieve.grammar import GrammarError, GrammarTooLarge
 from chatsieve.grammar import plan as constraint_plan
 from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError, load_chat_template
 from chatsieve.protocols.anthropic import ANTHROPIC
@@ -58,6 +58,7 @@ from chatsieve.protocols.common import (
 from chatsieve.protocols.openai_chat import OPENAI_CHAT
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
 from chatsieve.server.client import EngineHTTP
+from chatsieve.server.metrics import Metrics, MetricsMiddleware, observe_refusal
 from chatsieve.server.model_check import check_model, engine_model_path
 from chatsieve.server.pool import ReplicaPool
 from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, SecurityPolicy
@@ -156,6 +157,30 @@ def model_context_length(model_dir: Path, tokenizer: Any) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
+# A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
+# the renderings, encodings and copies it used are many times the request's size.
+TRIM_AFTER_TOKENS = 50_000
+
+
+@functools.cache
+def _libc() -> Any:
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+def _trim_heap() -> None:
+    """glibc's malloc_trim: free heap pages back to the system (a no-op elsewhere)."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
 class ChatService:
     """Everything one request needs: tokenizer, format, backend; owns the pooled HTTP client."""
 
@@ -181,6 +206,7 @@ class ChatService:
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
         self._preparing: anyio.Semaphore | None = None
+        self.metrics = Metrics()
 
 
     async def start(self) -> None:
@@ -297,12 +323,20 @@ class ChatService:
             await self._preparing.acquire()
             acquired = True
         if not acquired:
+            observe_refusal(self.metrics, "server_busy")
             raise RequestError(
                 f"the server is preparing {self.config.max_concurrent_prompts} prompts already: retry shortly",
                 code="server_busy", status=503, type="server_error",
             )
         try:
-            return await run_in_threadpool(self._prepare, req)
+            try:
+                gen = await run_in_threadpool(self._prepare, req)
+            except RequestError as e:
+                observe_refusal(self.metrics, e.code)
+                raise
+            if gen.prompt_tokens >= TRIM_AFTER_TOKENS:
+                await run_in_threadpool(_trim_heap)  # the copies a long prompt needed go back
+            return gen
         finally:
             self._preparing.release()
 
@@ -369,7 +403,8 @@ class ChatService:
             )
         except GrammarError as e:
             param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
-            raise RequestError(str(e), param=param, code="unsupported_constraint") from None
+            code = "grammar_too_large" if isinstance(e, GrammarTooLarge) else "unsupported_constraint"
+            raise RequestError(str(e), param=param, code=code) from None
         parser = StreamParser(
             self.config.format,
             tools=tools,
@@ -378,6 +413,7 @@ class ChatService:
             tokenizer=self.tokenizer,
             stop=list(req.stop) or None,
             stop_token_ids=list(self.stop_token_ids),
+            keep_logprobs=not req.stream,  # a stream sends them on as they come and keeps none
         )
         gen_req = GenerationRequest(
             prompt_token_ids=list(prompt.token_ids),
@@ -413,6 +449,7 @@ class ChatService:
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
         gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
         gen.vocab_size = self.vocab_size
+        gen.metrics = self.metrics
         return gen
 
 
@@ -439,13 +476,28 @@ class Generation:
         self.answer_prefix_ids: list[int] = []  # written between the two (gpt-oss: the final channel)
         self._engine_finish: str | None = None
         self.request_id = ""
+        self.metrics: Metrics | None = None
 
     async def events(self) -> AsyncIterator[list[Event]]:
         """Filtered event lists as the engine produces ids; BackendError if the engine fails.
+        Counted in `metrics` (when set): generations in flight, prompt and completion tokens.
 
         With `reasoning_end_id` (a constraint the engine cannot combine with reasoning), two
         engine requests make one answer: unconstrained up to the reasoning's end token, then
         constrained from the prompt plus that reasoning; usage counts both."""
+        m = self.metrics
+        if m is not None:
+            m.in_flight.inc()
+            m.prompt_tokens.inc(self.prompt_tokens)
+        try:
+            async for events in self._events():
+                yield events
+        finally:
+            if m is not None:
+                m.in_flight.dec()
+                m.completion_tokens.inc(self.completion_tokens)
+
+    async def _events(self) -> AsyncIterator[list[Event]]:
         produced: list[int] = []
         first = self.request
         end_id = self.reasoning_end_id
@@ -482,9 +534,18 @@ class Generation:
         """One engine request fed through the parser; its finish reason in `_engine_finish`."""
         self._engine_finish = None
         stream = self.backend.generate(request)
+        m = self.metrics
+        last = started = time.monotonic()
         try:
             async for batch in stream:
                 ids, lps, over = batch.token_ids, batch.logprobs, False
+                if m is not None and ids:
+                    now = time.monotonic()
+                    if not self.completion_tokens:
+                        m.ttft.observe(now - started)
+                    else:
+                        m.inter_token.observe((now - last) / len(ids))
+                    last = now
                 if self.max_tokens is not None and self.completion_tokens + len(ids) > self.max_tokens:
                     keep = max(self.max_tokens - self.completion_tokens, 0)
                     ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
@@ -506,6 +567,10 @@ class Generation:
                     break
                 if self.parser.stopped and not batch.finish_reason:
                     break  # a local stop: closing the stream cancels the engine request
+        except BackendError:
+            if m is not None:
+                m.engine_errors.inc()
+            raise
         finally:
             await stream.aclose()
 
@@ -799,7 +864,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             Route("/ready", ready, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
-        middleware=_middleware(config),
+        middleware=_middleware(config, service.metrics),
         lifespan=lifespan,
     )
     app.state.service = service
@@ -807,7 +872,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     return app
 
 
-def _middleware(config: ServerConfig) -> list[Middleware]:
+def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
     """CORS (only for the --cors-origins given) outside the access checks: a browser's preflight
     carries no API key."""
     stack = []
@@ -821,7 +886,10 @@ def _middleware(config: ServerConfig) -> list[Middleware]:
                 expose_headers=["x-request-id"],
             )
         )
-    stack.append(Middleware(SecurityMiddleware, policy=config.security, error_shape=refusal_body))
+    stack.append(Middleware(SecurityMiddleware, policy=config.security, error_shape=refusal_body,
+                            on_refusal=lambda code: observe_refusal(metrics, code)))
+    # inside the access checks: /metrics needs the API key like every route but /health
+    stack.append(Middleware(MetricsMiddleware, metrics=metrics))
     return stack
 
 

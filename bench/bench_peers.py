@@ -126,7 +126,7 @@ def run_rows(fmt: str, runners: list[tuple[str, object]], inputs: dict) -> None:
             arg = inputs[kind][n]
             assert fn(arg) == 1, f"{name} found no call (or several) in the {fmt} output"
             slow = name == "sglang" and n == SIZES[-1]
-            times[n] = best_of(fn, arg, repeat=1 if slow else 3)
+            times[n] = best_of(fn, arg, repeat=1 if slow else 5)
             print(f"{fmt:7} {name:17} {n:7d} {times[n] * 1e6 / n:9.2f}", flush=True)
         print(f"{fmt:7} {name:17} {'32k/8k':>7} {times[SIZES[-1]] / times[SIZES[-2]]:9.2f}", flush=True)
 

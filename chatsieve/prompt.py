@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import prefix_cache
 from .messages import MessageError, normalize_messages
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -507,6 +508,9 @@ class _Delimiters:
     suffixes: frozenset[str]
     longest: int                  # length of the longest delimiter
     id_set: frozenset[int] = frozenset()
+    # Over caller strings joined by NUL: a string that `_mark_string` may change matches
+    # (a delimiter inside, or a stripped head/tail that is part of one); None: NUL in a delimiter
+    maybe_marked: re.Pattern[str] | None = None
 
 
 _DELIMITER_CACHE: dict[tuple[int, tuple[str, ...]], tuple[Any, _Delimiters | None]] = {}
@@ -584,13 +588,24 @@ def _find_delimiters(tok: Tokenizer, wanted: tuple[str, ...]) -> _Delimiters | N
                 f"delimiter {text!r} does not encode to its single token id {i} (got {got}); "
                 "cannot isolate it safely"
             )
+    prefixes = frozenset(d[:k] for d in chosen for k in range(1, len(d)))
+    suffixes = frozenset(d[k:] for d in chosen for k in range(1, len(d)))
+    maybe = None
+    if not any("\x00" in d for d in chosen):
+        alternatives = [_trie_pattern(chosen)]
+        if suffixes:
+            alternatives.append(r"(?:^|\x00)\s*" + _trie_pattern(sorted(suffixes)))
+        if prefixes:
+            alternatives.append(_trie_pattern(sorted(prefixes)) + r"\s*(?:\x00|\Z)")
+        maybe = re.compile("|".join(f"(?:{a})" for a in alternatives))
     return _Delimiters(
         ids=chosen,
         pattern=re.compile(_trie_pattern(chosen)),
-        prefixes=frozenset(d[:k] for d in chosen for k in range(1, len(d))),
-        suffixes=frozenset(d[k:] for d in chosen for k in range(1, len(d))),
+        prefixes=prefixes,
+        suffixes=suffixes,
         longest=max(map(len, chosen)),
         id_set=frozenset(chosen.values()),
+        maybe_marked=maybe,
     )
 
 
@@ -615,16 +630,21 @@ def _trie_pattern(words: Sequence[str]) -> str:
     return build(trie)
 
 
-def _strings(obj: Any):
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _strings(k)
-            yield from _strings(v)
-    elif isinstance(obj, list | tuple):
-        for v in obj:
-            yield from _strings(v)
+def _strings(obj: Any) -> list[str]:
+    """Every string in `obj` (dict keys too), depth first."""
+    out: list[str] = []
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, str):
+            out.append(o)
+        elif isinstance(o, dict):
+            for k, v in reversed(o.items()):
+                stack.append(v)
+                stack.append(k)
+        elif isinstance(o, list | tuple):
+            stack.extend(reversed(o))
+    return out
 
 
 @dataclass(frozen=True)
@@ -638,10 +658,11 @@ class _Markers:
         return self.open + self.close + self.edge
 
 
+_PLANES_15_16 = re.compile("[\U000F0000-\U0010FFFF]")
+
+
 def _pick_markers(*texts: str) -> _Markers:
-    used = set()
-    for t in texts:
-        used.update(ch for ch in t if ord(ch) >= 0xF0000)
+    used = set(_PLANES_15_16.findall("".join(texts)))
     picked = []
     cp = _MARKER_SEARCH_START
     while len(picked) < 3:
@@ -652,6 +673,8 @@ def _pick_markers(*texts: str) -> _Markers:
 
 
 def _mark_string(s: str, delims: _Delimiters, mk: _Markers) -> tuple[str, bool]:
+    if delims.maybe_marked is not None and delims.maybe_marked.search(s) is None:
+        return s, False  # no delimiter inside, no edge that could be part of one
     marked = delims.pattern.sub(lambda m: mk.open + m.group(0) + mk.close, s)
     changed = marked != s
     # Edge markers go inside surrounding whitespace, so strip()/trim in templates still work.
@@ -803,23 +826,26 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: _Positions, mk: _Marke
     enc = _encode(tok, real)
     delimiter_ids = delims.id_set
     as_text: dict[str, list[int]] = {}  # a delimiter's ordinary pieces, once per distinct text
+    plain = enc.ids
     ids: list[int] = []
     spans: list[tuple[int, int]] = []
-    for tid, (a, b) in zip(enc.ids, enc.offsets, strict=True):
-        if tid in delimiter_ids:
-            where = pos.span(a, b)
-            # From caller text, or assembled across the edge of a caller string (a marker sits
-            # between its characters); a delimiter we cannot place is treated as caller text.
-            if (not where or any(from_caller[j] for j in where)
-                    or not markers.isdisjoint(marked[where[0]:where[-1] + 1])):
-                piece_text = real[a:b]
-                pieces = as_text.get(piece_text)
-                if pieces is None:
-                    pieces = as_text[piece_text] = _encode_as_text(tok, piece_text, delims)
-                spans.append((len(ids), len(ids) + len(pieces)))
-                ids.extend(pieces)
-                continue
-        ids.append(tid)
+    done = 0  # plain[:done] is in ids
+    for i in [i for i, tid in enumerate(plain) if tid in delimiter_ids]:
+        a, b = enc.span(i)
+        where = pos.span(a, b)
+        # From caller text, or assembled across the edge of a caller string (a marker sits
+        # between its characters); a delimiter we cannot place is treated as caller text.
+        if (not where or any(from_caller[j] for j in where)
+                or not markers.isdisjoint(marked[where[0]:where[-1] + 1])):
+            piece_text = real[a:b]
+            pieces = as_text.get(piece_text)
+            if pieces is None:
+                pieces = as_text[piece_text] = _encode_as_text(tok, piece_text, delims)
+            ids.extend(plain[done:i])
+            done = i + 1
+            spans.append((len(ids), len(ids) + len(pieces)))
+            ids.extend(pieces)
+    ids.extend(plain[done:])
     # After assembly: no isolated span may hold a delimiter id.
     for s, e in spans:
         if delimiter_ids.intersection(ids[s:e]):  # pragma: no cover - _encode_as_text checks this
@@ -881,8 +907,9 @@ def _longest_token_bytes(tok: Tokenizer) -> int:
 def _encode(tok: Tokenizer, text: str) -> Any:
     """The whole prompt's encoding (ids and offsets), with the GIL released while the tokenizer
     works (`encode_batch` does, `encode` does not): a server thread rendering a long prompt then
-    leaves the other requests running."""
-    return tok.hf.encode_batch([text], add_special_tokens=False)[0]
+    leaves the other requests running. The ids of an unchanged prefix of a recent prompt are
+    reused (`prefix_cache`: the same ids as a whole encode)."""
+    return prefix_cache.encode(tok.hf, text)
 
 
 def _truncate(ids: list[int], spans: list[tuple[int, int]], max_length: int, side: str):
@@ -957,13 +984,14 @@ def render_prompt(
     ids: list[int] | None = None
     spans: list[tuple[int, int]] = []
     if delims is not None:
-        mk = _pick_markers(source, text, *_strings(msgs), *_strings(tools_p), *_strings(docs_p),
-                           *_strings(variables))
+        caller = _strings(msgs) + _strings(tools_p) + _strings(docs_p) + _strings(untrusted)
         flag = [False]
-        marked_msgs = _mark(msgs, delims, mk, flag)
-        marked_tools = _mark(tools_p, delims, mk, flag)
-        marked_docs = _mark(docs_p, delims, mk, flag)
-        marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
+        if delims.maybe_marked is None or delims.maybe_marked.search("\x00".join(caller)):
+            mk = _pick_markers(source, text, *caller, *_strings(trusted))
+            marked_msgs = _mark(msgs, delims, mk, flag)
+            marked_tools = _mark(tools_p, delims, mk, flag)
+            marked_docs = _mark(docs_p, delims, mk, flag)
+            marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
         if flag[0]:
             marked = finish(_render_request(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
                                             marked_vars, format))

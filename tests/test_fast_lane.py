@@ -143,6 +143,26 @@ def test_same_events_feeding_ids_and_text_in_turn(fmt, data):
     assert events[True] == events[False]
 
 
+# outputs where a message's first text must be joined to the field's earlier text (a newline
+# between two messages of one field), which the lane must leave to the full pipeline
+JOINED = [
+    "<|channel|>analysis<|message|>First thought.<|end|><|start|>assistant<|channel|>analysis<|message|>Second."
+    "<|end|><|start|>assistant<|channel|>commentary<|message|>Preamble.<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>The answer.<|return|>",
+    "<|channel|>analysis<|message|>Maybe call it:<|start|>assistant to=functions.write_file<|channel|>commentary"
+    ' json<|message|>{"path": "/tmp/a"}<|call|>',
+]
+
+
+@pytest.mark.parametrize("output", JOINED)
+@pytest.mark.parametrize("mode", ["chars", "tokens"])
+def test_same_events_where_messages_are_joined(output, mode):
+    tok = _tokenizer("gpt_oss")
+    chunks = [[i] for i in tok.encode(output)] if mode == "tokens" else list(output)
+    use = tok if mode == "tokens" else None
+    assert _run("gpt_oss", chunks, True, use) == _run("gpt_oss", chunks, False, use)
+
+
 def _merged(events: list) -> list:
     """Events with adjacent deltas of one kind (one call's arguments) joined."""
     out: list = []

@@ -114,7 +114,7 @@ class HarmonyEngine(Engine):
         if kind == DROP:
             return None
         sink = self._sink
-        if not sink.started or sink._held or text[-1] in _WS:
+        if self._join or not sink.started or sink._held or text[-1] in _WS:
             return None
         return kind
 

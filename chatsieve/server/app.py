@@ -524,7 +524,7 @@ class Generation:
         the engine sent past the stop (however it batched them) are not counted."""
         if len(ids) == 1 or not self.parser.stopped and not self.parser.stop_strings:
             self.completion_tokens += len(ids)
-            events = self.parser.feed(token_ids=list(ids), logprobs=list(lps) if lps is not None else None)
+            events = self.parser.feed(token_ids=ids, logprobs=list(lps) if lps is not None else None)
         else:
             events = []
             for k, token in enumerate(ids):

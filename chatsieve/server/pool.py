@@ -51,7 +51,14 @@ class ReplicaPool:
         healthy = [r for r in left if r.healthy] or left
         return min(healthy, key=lambda r: r.in_flight)
 
-    async def generate(self, req: GenerationRequest) -> AsyncIterator[TokenBatch]:
+    def generate(self, req: GenerationRequest) -> AsyncIterator[TokenBatch]:
+        """The batches of one generation. One replica: its own stream, unwrapped (a layer
+        less on every engine event; it has no other replica to retry on)."""
+        if len(self.replicas) == 1:
+            return self.replicas[0].backend.generate(req)
+        return self._spread(req)
+
+    async def _spread(self, req: GenerationRequest) -> AsyncIterator[TokenBatch]:
         tried: set[Replica] = set()
         failures: list[BackendError] = []
         while True:

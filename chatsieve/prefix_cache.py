@@ -1,0 +1,263 @@
+"""Prompt encoding that reuses the token ids of an earlier prompt's unchanged prefix: the ids of
+the longest cached prefix ending at a control token, then only the rest is tokenized.
+
+Why this gives exactly the ids of one whole encode (`tokenizers`): the tokenizer first cuts the
+text at its added (control) tokens and tokenizes each piece between them on its own. A prefix
+that ends right after a control token `A` -- one that no other added token contains, continues
+(no added token begins with a suffix of `A`), strips whitespace after, or matches only as a whole
+word -- is therefore tokenized the same whatever follows it, and so is the rest of the text. The
+rest is encoded as `A` + rest (and `A`'s id dropped again), so it is never the text's first piece
+(a SentencePiece pre-tokenizer treats the first piece differently). `tests/test_prefix_cache.py`
+compares the two on every shared tokenizer.
+
+The cache is bounded (entries and tokens, least recently used out first) and keyed by content:
+one per tokenizer, safe to use from several threads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import weakref
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Encoded", "PrefixCache", "configure", "encode"]
+
+MAX_ENTRIES = 64
+MAX_TOKENS = 2_000_000  # ids kept over all entries of one tokenizer (4 bytes each, plus offsets)
+MIN_TOKENS = 256  # a prompt shorter than this is encoded whole and not kept
+_BUCKET_CHARS = 256  # entries are grouped by their first characters (a system prompt's start)
+
+
+class Encoded:
+    """Token ids and (character) offsets of a prompt, as `tokenizers.Encoding` has them."""
+
+    __slots__ = ("ids", "_offsets", "_flat")
+
+    def __init__(self, ids: list[int], flat_offsets: array) -> None:
+        self.ids = ids
+        self._flat = flat_offsets  # start, end, start, end, ...
+        self._offsets: list[tuple[int, int]] | None = None
+
+    def span(self, i: int) -> tuple[int, int]:
+        """Token `i`'s offsets."""
+        if self._offsets is not None:
+            return self._offsets[i]
+        return self._flat[2 * i], self._flat[2 * i + 1]
+
+    @property
+    def offsets(self) -> list[tuple[int, int]]:
+        if self._offsets is None:
+            f = self._flat
+            self._offsets = list(zip(f[0::2], f[1::2], strict=True))
+        return self._offsets
+
+
+@dataclass
+class _Entry:
+    text: str
+    ids: array  # 'I'
+    offsets: array  # 'I', flattened
+    cuts: list[int]  # character positions right after a cut token, ascending
+    counts: list[int] = field(default_factory=list)  # tokens up to and including that cut token
+
+
+class PrefixCache:
+    """Encodings of recent prompts of one tokenizer, reused up to their longest shared cut."""
+
+    def __init__(self, hf: Any, *, max_entries: int = MAX_ENTRIES, max_tokens: int = MAX_TOKENS) -> None:
+        self._hf = hf
+        self.max_entries = max_entries
+        self.max_tokens = max_tokens
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # by text, least recently used first
+        self._buckets: dict[str, list[_Entry]] = {}
+        self._tokens = 0
+        self._lock = threading.Lock()
+        self._cut_ids = _cut_tokens(hf)  # id -> text
+        self.hits = 0  # encodes that reused a prefix (for tests and the benchmark)
+        self.reused_tokens = 0
+
+    def encode(self, text: str) -> Encoded:
+        """The encoding of `text` (add_special_tokens=False), the same as one whole encode."""
+        if not self._cut_ids or self.max_entries <= 0 or self.max_tokens <= 0:
+            return self._whole(text, keep=False)
+        with self._lock:
+            best = self._longest(text)
+        if best is None:
+            return self._whole(text, keep=True)
+        entry, i = best
+        cut, count = entry.cuts[i], entry.counts[i]
+        token = self._cut_ids[entry.ids[count - 1]]
+        ids = entry.ids[:count]
+        offsets = entry.offsets[: 2 * count]
+        cuts, counts = entry.cuts[: i + 1], entry.counts[: i + 1]
+        rest = text[cut:]
+        if rest:
+            enc = self._hf.encode_batch([token + rest], add_special_tokens=False)[0]
+            shift = cut - len(token)
+            if not enc.ids or self._cut_ids.get(enc.ids[0]) != token or enc.offsets[0] != (0, len(token)):
+                return self._whole(text, keep=True)  # not as the argument above says: never guess
+            tail = enc.ids[1:]
+            ids.extend(tail)
+            for s, e in enc.offsets[1:]:
+                offsets.append(s + shift)
+                offsets.append(e + shift)
+            self._add_cuts(text, tail, enc.offsets[1:], shift, count, cuts, counts)
+        with self._lock:
+            self.hits += 1
+            self.reused_tokens += count
+            self._keep(_Entry(text, ids, offsets, cuts, counts))
+        return Encoded(ids.tolist(), offsets)
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _whole(self, text: str, *, keep: bool) -> Encoded:
+        enc = self._hf.encode_batch([text], add_special_tokens=False)[0]
+        ids = enc.ids
+        if not keep or len(ids) < MIN_TOKENS:
+            return _from_encoding(ids, enc.offsets)
+        flat = array("I")
+        for s, e in enc.offsets:
+            flat.append(s)
+            flat.append(e)
+        cuts: list[int] = []
+        counts: list[int] = []
+        self._add_cuts(text, ids, enc.offsets, 0, 0, cuts, counts)
+        with self._lock:
+            self._keep(_Entry(text, array("I", ids), flat, cuts, counts))
+        return Encoded(ids, flat)
+
+    def _add_cuts(self, text: str, ids: Sequence[int], offsets: Sequence[tuple[int, int]], shift: int,
+                  base: int, cuts: list[int], counts: list[int]) -> None:
+        """Record every cut token among `ids` (token `base + k` of the text) that covers exactly
+        its own characters."""
+        cut_ids = self._cut_ids
+        for k, tid in enumerate(ids):
+            token = cut_ids.get(tid)
+            if token is not None:
+                s, e = offsets[k]
+                s += shift
+                e += shift
+                if e - s == len(token) and text.startswith(token, s):
+                    cuts.append(e)
+                    counts.append(base + k + 1)
+
+    def _longest(self, text: str) -> tuple[_Entry, int] | None:
+        """(entry, index of its cut) reaching furthest into `text`, or None."""
+        best: tuple[_Entry, int] | None = None
+        best_cut = 0
+        for entry in self._buckets.get(text[:_BUCKET_CHARS], ()):
+            if not entry.cuts or entry.cuts[-1] <= best_cut:
+                continue
+            shared = _common_prefix(text, entry.text, entry.cuts[-1])
+            i = bisect.bisect_right(entry.cuts, shared) - 1
+            if i >= 0 and entry.cuts[i] > best_cut:
+                best, best_cut = (entry, i), entry.cuts[i]
+        if best is not None:
+            self._entries.move_to_end(best[0].text)
+        return best
+
+    def _keep(self, entry: _Entry) -> None:
+        old = self._entries.pop(entry.text, None)
+        if old is not None:
+            self._drop(old)
+        bucket = self._buckets.setdefault(entry.text[:_BUCKET_CHARS], [])
+        # an entry whose text the new one extends is redundant: the new one's cuts hold its cuts
+        for other in [e for e in bucket if entry.text.startswith(e.text)]:
+            del self._entries[other.text]
+            self._drop(other)
+        if len(entry.ids) > self.max_tokens:
+            return
+        bucket.append(entry)
+        self._entries[entry.text] = entry
+        self._tokens += len(entry.ids)
+        while len(self._entries) > self.max_entries or self._tokens > self.max_tokens:
+            _, oldest = self._entries.popitem(last=False)
+            self._drop(oldest)
+
+    def _drop(self, entry: _Entry) -> None:
+        self._tokens -= len(entry.ids)
+        key = entry.text[:_BUCKET_CHARS]
+        bucket = self._buckets.get(key, [])
+        bucket[:] = [e for e in bucket if e is not entry]
+        if not bucket:
+            self._buckets.pop(key, None)
+
+
+def _from_encoding(ids: list[int], offsets: list[tuple[int, int]]) -> Encoded:
+    enc = Encoded(ids, array("I"))
+    enc._offsets = offsets
+    return enc
+
+
+def _common_prefix(a: str, b: str, limit: int) -> int:
+    """Length of the common prefix of `a` and `b`, at most `limit` (binary search on slices)."""
+    hi = min(len(a), len(b), limit)
+    if a[:hi] == b[:hi]:
+        return hi
+    lo = 0  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _cut_tokens(hf: Any) -> dict[int, str]:
+    """The added tokens a prefix may end at (see the module docstring): id -> text. Only
+    special ones (the chat templates' own turn markers are); the checks are conservative."""
+    try:
+        added = hf.get_added_tokens_decoder()
+    except Exception:  # no table: no cut is known to be safe
+        return {}
+    texts = [t.content for t in added.values() if t.content]
+    everything = "\x00".join(texts)
+    prefixes = {o[:k] for o in texts for k in range(1, len(o))}
+    found: dict[int, str] = {}
+    for tid, t in added.items():
+        a = t.content
+        if not a or a.isspace() or not t.special or t.normalized or t.rstrip or t.single_word:
+            continue
+        if everything.count(a) != 1 or any(a[k:] in prefixes for k in range(1, len(a))):
+            continue  # inside another added token, or one may begin inside it
+        found[tid] = a
+    try:
+        encodings = hf.encode_batch(list(found.values()), add_special_tokens=False) if found else []
+    except Exception:
+        return {}
+    return {tid: a for (tid, a), enc in zip(found.items(), encodings, strict=True) if enc.ids == [tid]}
+
+
+# ---- one cache per tokenizer ---------------------------------------------------------------------
+
+_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+_LIMITS = {"max_entries": MAX_ENTRIES, "max_tokens": MAX_TOKENS}
+
+
+def configure(*, max_entries: int = MAX_ENTRIES, max_tokens: int = MAX_TOKENS) -> None:
+    """Bound every tokenizer's cache from now on (0 turns prefix reuse off); clears them."""
+    with _CACHES_LOCK:
+        _LIMITS.update(max_entries=max_entries, max_tokens=max_tokens)
+        _CACHES.clear()
+
+
+def cache_for(hf: Any) -> PrefixCache:
+    """The cache of the `tokenizers.Tokenizer` `hf` (made on first use)."""
+    cache = _CACHES.get(hf)
+    if cache is None:
+        with _CACHES_LOCK:
+            cache = _CACHES.get(hf)
+            if cache is None:
+                cache = _CACHES[hf] = PrefixCache(hf, **_LIMITS)
+    return cache
+
+
+def encode(hf: Any, text: str) -> Encoded:
+    """`hf.encode(text, add_special_tokens=False)`'s ids and offsets, reusing a cached prefix."""
+    return cache_for(hf).encode(text)

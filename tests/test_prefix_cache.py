@@ -1,0 +1,151 @@
+"""prefix_cache: an encoding that reuses a cached prefix has exactly the ids and offsets of one
+whole encode, on every shared tokenizer; and render_prompt builds the same prompts (text, ids,
+isolated spans) with the cache as without it, along an agent's growing conversation."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from models import tokenizer
+from test_prompt_isolation import FAMILIES, TOOLS, _contents, conversation, template
+from test_prompt_isolation import tokenizer as chat_tokenizer
+
+from chatsieve import prefix_cache
+from chatsieve.prefix_cache import MIN_TOKENS, PrefixCache
+from chatsieve.prompt import render_prompt
+
+NAMES = [
+    "qwen3", "gemma4", "gemma3", "gpt-oss", "llama3", "deepseek", "deepseek_v4", "kimi_k2", "glm5",
+    "llama4", "hunyuan", "mistral",
+]
+FILLER = "The forecast shows light rain, clearing by noon. 明天有小雨。 Ünïcödé 🌦️ x = [1, 2]\n" * 12
+
+
+def _fragments(tok) -> list[str]:
+    added = sorted(t for t in tok.added_tokens() if t)
+    cuts = sorted(PrefixCache(tok.hf)._cut_ids.values())
+    some = cuts[:6] + added[:4] + added[-4:]
+    broken = [t[: len(t) // 2] for t in some] + [t[len(t) // 2 :] for t in some]
+    words = [" the", "the", " ", "  ", "\n", "\n\n", " \n", "é", "中文", "🌦️", "{", '"', "<", "|>", "user", "assistant"]
+    return some + broken + words
+
+
+def _check(cache: PrefixCache, tok, text: str) -> None:
+    got = cache.encode(text)
+    want = tok.hf.encode(text, add_special_tokens=False)
+    assert got.ids == want.ids, f"ids differ for {text[-200:]!r}"
+    assert got.offsets == want.offsets
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encode_with_a_cached_prefix_is_a_whole_encode(name):
+    tok = tokenizer(name)
+    cache = PrefixCache(tok.hf)
+    assert cache._cut_ids, f"{name}: no control token qualifies as a cut"
+    frags = st.lists(st.sampled_from(_fragments(tok)), max_size=25).map("".join)
+
+    @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+    @given(first=frags, second=frags, third=frags, data=st.data())
+    def run(first, second, third, data):
+        text = FILLER + first
+        _check(cache, tok, text)
+        cut = data.draw(st.integers(0, len(text)))
+        _check(cache, tok, text[:cut] + second)  # a prompt that shares a prefix, then differs
+        _check(cache, tok, text + second + third)  # one that extends it (the agent's next turn)
+        _check(cache, tok, text)  # the same one again
+
+    run()
+    assert cache.hits > 20, f"{name}: the cached prefix was reused only {cache.hits} times"
+
+
+def test_the_rest_is_not_encoded_as_the_first_piece():
+    """A SentencePiece-style pre-tokenizer marks only the text's first piece (`▁hello` alone,
+    `he llo` after a control token): the rest is encoded after its cut token, never alone."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    hf = Tokenizer(models.BPE(unk_token="<unk>"))
+    hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+    hf.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first")
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "[INST]", "[/INST]", "</s>"])
+    hf.train_from_iterator([FILLER, "hello world user assistant"] * 20, trainer)
+    assert hf.encode("hello").tokens != hf.encode("[/INST]hello").tokens[1:]
+    cache = PrefixCache(hf)
+    first = "[INST]" + "hello world " * 200 + "[/INST]hello</s>"
+    for text in (first, first[: first.index("[/INST]") + 7] + "hello world", first + "[INST]user"):
+        got, want = cache.encode(text), hf.encode(text, add_special_tokens=False)
+        assert (got.ids, got.offsets) == (want.ids, want.offsets)
+    assert cache.hits == 2
+
+
+def test_cut_tokens_are_the_turn_markers():
+    cuts = set(PrefixCache(tokenizer("qwen3").hf)._cut_ids.values())
+    assert {"<|im_start|>", "<|im_end|>"} <= cuts
+    assert "<think>" not in cuts  # not special: a normalized-or-not judgement the cache does not make
+    gpt_oss = set(PrefixCache(tokenizer("gpt-oss").hf)._cut_ids.values())
+    assert {"<|start|>", "<|end|>", "<|message|>"} <= gpt_oss
+
+
+def test_bounds_are_kept():
+    tok = tokenizer("qwen3")
+    cache = PrefixCache(tok.hf, max_entries=3, max_tokens=10_000)
+    for i in range(10):
+        cache.encode(f"<|im_start|>system\n{FILLER}{i}<|im_end|>\n<|im_start|>user\n{i}" * 2)
+    assert len(cache._entries) <= 3 and cache._tokens <= 10_000
+    assert sum(len(b) for b in cache._buckets.values()) == len(cache._entries)
+    short = "<|im_start|>user\nhi<|im_end|>"
+    assert len(tok.encode(short)) < MIN_TOKENS
+    before = dict(cache._entries)
+    cache.encode(short)
+    assert dict(cache._entries) == before, "a short prompt is not kept"
+
+
+def test_an_extended_prompt_replaces_the_one_it_extends():
+    tok = tokenizer("qwen3")
+    cache = PrefixCache(tok.hf)
+    turn = f"<|im_start|>system\n{FILLER}<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    cache.encode(turn)
+    cache.encode(turn + "Hi.<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n")
+    assert len(cache._entries) == 1 and cache.hits == 1
+
+
+@contextlib.contextmanager
+def _no_cache():
+    prefix_cache.configure(max_entries=0)
+    try:
+        yield
+    finally:
+        prefix_cache.configure()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_render_prompt_is_the_same_with_and_without_the_cache(family):
+    rel, fam_kw, _, _ = FAMILIES[family]
+    tok = chat_tokenizer(family)
+    args = {"tokenizer": tok, "template": template(rel), "tools": TOOLS, **fam_kw}
+    system = "You are a careful agent. " + FILLER
+    hits = []
+
+    @settings(max_examples=15, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(user=_contents(family), tool=_contents(family), more=st.lists(_contents(family), max_size=3))
+    def run(user, tool, more):
+        # an agent's turns: each request repeats the conversation so far and adds to it
+        conv = conversation(family, system=system, user="u " + user, tool="t " + tool)
+        turns = [conv[:2], conv[:4], conv]
+        for extra in more:
+            conv = [*conv, {"role": "assistant", "content": "Done: " + extra}, {"role": "user", "content": extra}]
+            turns.append(conv)
+        cached = [render_prompt(t, **args) for t in turns]
+        hits.append(prefix_cache.cache_for(tok.hf).hits)
+        with _no_cache():
+            plain = [render_prompt(t, **args) for t in turns]
+        for c, p in zip(cached, plain, strict=True):
+            assert c.text == p.text
+            assert c.token_ids == p.token_ids
+            assert c.isolated_spans == p.isolated_spans
+
+    run()
+    assert sum(hits) >= 15, f"the cache reused a prefix only {sum(hits)} times"

@@ -576,15 +576,24 @@ def _reasoning_end(spec: FormatSpec, thinking: bool | None) -> str | None:
     return spec.reasoning_close[0] if spec.reasoning_open and spec.reasoning_close else None
 
 
+# Families whose reasoning is a message of its own: what ends it and opens the next message (the
+# model then picks its channel). Kept apart from _REASONING_THEN_ANSWER, which is the constrained
+# two-phase path's (empty for gpt-oss, whose constraint covers its whole output).
+_REASONING_MESSAGE_END = {"gpt_oss": "<|end|><|start|>assistant"}
+
+
 def reasoning_close(format: str | FormatSpec, thinking: bool | None) -> str | None:
     """What closes `format`'s reasoning and opens the next part of the answer, when thinking is on
     (a reasoning budget writes it where the budget ends); None when there is no such marker."""
     spec = get_format(format)
+    if spec.name in _REASONING_MESSAGE_END:
+        thinking_on = spec.default_thinking if thinking is None else thinking
+        return _REASONING_MESSAGE_END[spec.name] if thinking_on else None
     end = _reasoning_end(spec, thinking)
     prefix = _answer_prefix(spec)
     if end is None or prefix is None:
         return end
-    return end + prefix.split("<|channel|>")[0]  # gpt-oss: the next message opens; the model picks its channel
+    return end + prefix.split("<|channel|>")[0]
 
 
 def _answer_prefix(spec: FormatSpec) -> str | None:

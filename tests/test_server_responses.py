@@ -127,7 +127,6 @@ LONDON = ("get_weather", {"city": "London"})
 LONG = " ".join(f"word{i}" for i in range(40))
 SUMMARY = "The file out.txt was written; nothing is left to do."
 JSON_ANSWER = '{"city": "Paris", "temp": 18}'
-JSON_PLAN = "The answer is an object with the city and its temperature."
 
 
 def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
@@ -149,10 +148,9 @@ def _scripts(name: str, w: Writer, encode) -> dict[str, Script]:
     plays["Process exited with code 0"] = w.out(reasoning="It ran." if thinks else None, text=ANSWER)
     # Codex compacts a long session itself, with an ordinary request asking for a summary
     plays["CONTEXT CHECKPOINT COMPACTION"] = w.out(reasoning="Sum up." if thinks else None, text=SUMMARY)
-    if name == "gpt_oss":  # gpt-oss always reasons: the server constrains only the answer, in a second
-        # engine request that continues from the reasoning (its text is in that prompt only)
-        plays[f"[json:{name}]"] = f"<|channel|>analysis<|message|>{JSON_PLAN}<|end|>"
-        plays[JSON_PLAN] = f"{JSON_ANSWER}<|return|>"
+    if name == "gpt_oss":  # gpt-oss: the constraint covers its whole output (README, structured
+        # output), so the engine writes the JSON alone, without an analysis message
+        plays[f"[json:{name}]"] = f"{JSON_ANSWER}<|return|>"
     scripts = {key: Script(encode(text), batch=3) for key, text in plays.items()}
     scripts[f"[fail-mid:{name}]"] = Script(encode(w.out(text=LONG)), batch=3, fail="error_event")
     scripts[f"[fail-now:{name}]"] = Script(encode(w.out(text=LONG)), fail="status")

@@ -361,6 +361,10 @@ class XmlKvCodec(RegionCodec):
             self._name_done()
             if self._st != ARGS:
                 return
+            # `<function=NAME<parameter=`; a separator (Hunyuan's `<tool_sep>`) may be left
+            # out when no parameter follows
+            if syn.call_open and t not in syn.name_close and (t == syn.key_open or syn.name_close[0] == ">"):
+                self.ops.append(Junk("", f"no {syn.name_close[0]} after the function name {self._name!r} (repaired)"))
             if t == syn.key_open:
                 self._confirm()
                 self._st = KEY

@@ -61,6 +61,14 @@ class XmlKvSyntax:
     structural: tuple[str, ...] = ()  # markers never literal inside a value (the region's end)
 
     @cached_property
+    def tags(self) -> frozenset[str]:
+        """Every tag of the call syntax."""
+        return frozenset(
+            t for t in (self.call_open, *self.name_close, self.call_close, self.key_open, self.key_close,
+                        self.value_open, self.value_close) if t
+        )
+
+    @cached_property
     def stops(self) -> dict[str, tuple[str, ...]]:
         """The strings that end each state's text, by state."""
         # a CALL_OPEN inside a name or key starts the next call (this one is malformed)
@@ -150,6 +158,8 @@ class XmlKvCodec(RegionCodec):
         self._cur_key = ""  # the parameter whose value is being read
         self._given: set[str] = set()  # the parameters the current call has so far
         self._peek_tag = ""  # PEEK: the tag inside the value being decided
+        # token mode, VALUE_CLOSE a control token: a tag spelled inside a value is its text
+        self._value_gated = self.syntax.value_close in ctx.gated
 
     # ---- interface -------------------------------------------------------------------
     def feed(self, text: str) -> int:
@@ -174,12 +184,25 @@ class XmlKvCodec(RegionCodec):
         return json_string_body(text)
 
     def marker(self, marker: str) -> bool:
-        if self._st == PEEK and marker in self.syntax.structural:
+        syn = self.syntax
+        if self._st == PEEK and marker in syn.structural:
             held, self._held = self._held, ""
             self._scan(held, final=True)  # the region ends here: the held tag is decided
             return False
-        if self._st in (VALUE, PEEK) and marker not in self.syntax.structural:
+        if marker == syn.value_close and marker in self.ctx.gated and self._st in (VALUE, PEEK):
+            # VALUE_CLOSE by its token id: the value ends here, whatever follows; what the
+            # value held back (a tag spelled in it) is its text
+            held, self._held = self._held, ""
+            self._st = VALUE
+            self._value_text(held)
+            self._value_done()
+            self._st = ARGS
+            return True
+        if self._st in (VALUE, PEEK) and marker not in syn.structural:
             self.feed(marker)  # a delimiter inside a value is just text
+            return True
+        if marker in syn.tags:
+            self.feed(marker)  # one of the call's own tags (a marker only to gate it by id)
             return True
         return False
 
@@ -263,6 +286,10 @@ class XmlKvCodec(RegionCodec):
                 return None
             self._text(buf[i : m.start()])
             if self._st != st or self.verdict is False:
+                continue
+            if st == VALUE and self._value_gated:
+                self._value_text(m.group())  # spelled: only VALUE_CLOSE's token id ends the value
+                i = m.end()
                 continue
             if st == VALUE:
                 self._peek_tag = m.group()

@@ -469,11 +469,17 @@ class XmlKvCodec(RegionCodec):
         self._nargs += 1
 
     def _value_begin(self) -> None:
-        if self._key_kind is not None:
-            self._streaming = self._key_kind == "true"
+        # the schema types the value; DSML's `string="true|false"` decides only where the
+        # schema says nothing
+        types = schema_types(self._key_schema)
+        if types:
+            self._streaming = types <= {"string"}
+            if self._key_kind is not None and (self._key_kind == "true") != self._streaming:
+                why = f"{self._cur_key!r}: string={self._key_kind} disagrees with the schema; typed by the schema"
+                self.ops.append(Junk("", why))
+            self._key_kind = None
         else:
-            types = schema_types(self._key_schema)
-            self._streaming = bool(types) and types <= {"string"}
+            self._streaming = self._key_kind == "true"
         self._v_started = False
         self._v_hold = ""
         self._v_nl = True  # the value so far is empty or ends a line

@@ -185,17 +185,18 @@ class Engine:
         self._rerun = [*segs, *more, *self._rerun]
 
     # ---- a call inside reasoning that was never closed ----------------------------------
-    def _after_thought(self, seg: Segment) -> bool:
+    def _after_thought(self, seg: Segment, *, recorded: bool = False) -> bool:
         """`seg` follows the held call(s) of an unclosed reasoning block. False: it was
         taken here (whitespace, or a further call opening); True: read it as usual, the
         held calls having been released (the end of the turn) or turned back into
         reasoning text (anything else)."""
+        keep = [] if recorded else [seg]
         if isinstance(seg, Text):
             if not seg.text.strip(_WS):
-                self._thought.append(seg)
+                self._thought += keep
                 return False
         elif seg.text in self._c_open:
-            self._thought.append(seg)
+            self._thought += keep
             self._open_region(REASONING, opener=seg.text)
             return False
         elif seg.text in self._end:
@@ -203,7 +204,7 @@ class Engine:
             return True
         elif not seg.known:
             return True  # dropped either way
-        self._thought_abandon([seg])
+        self._thought_abandon(keep)
         return False
 
     def _thought_release(self) -> None:
@@ -287,6 +288,11 @@ class Engine:
                 back = region.give_back  # the tail of what it read that was not its own
                 if used >= len(text) and not back:
                     return
+                if self._thought is not None:  # the region ended itself after a held call
+                    self._close_region()
+                    if (back + text[used:]).strip(_WS):
+                        self._thought_abandon([])  # more reasoning: it was a thought
+                    return  # whitespace: still undecided (the segment is recorded)
                 self._close_region()
                 text, start = back + text[used:], start + used - len(back)
                 continue
@@ -351,6 +357,8 @@ class Engine:
                 # skipped) ends here, and the marker means what it means outside it
                 self._raw.pop()
                 self._end_region(truncated=False)
+                if self._thought is not None and self._mode == REASONING and not self._after_thought(seg, recorded=True):
+                    return
                 self._on_marker(seg)
             else:
                 self._raw.pop()

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..tools import JSON_NUMBER, coerce_json, json_text, property_schema, schema_types
 from .base import CallContext, Junk, RegionCodec, json_string_body, valid_function_name
+from .pythonic import python_literal_json
 
 _WS = " \t\r\n"
 _NAME = re.compile(r"[^\s<>\"'{}\[\],]+")
@@ -517,6 +518,14 @@ class XmlKvCodec(RegionCodec):
         if self._key_kind == "false":  # DSML `string="false"`: the value is JSON
             self.args(_raw_json(raw) or coerce_json(raw, self._key_schema))
             return
+        types = schema_types(self._key_schema)
+        if types & {"object", "array"} and "string" not in types and _raw_json(raw) is None:
+            literal = python_literal_json(raw)  # `{'a': 1}`: read as Python, never eval'd
+            want = ("{" if "object" in types else "") + ("[" if "array" in types else "")
+            if literal is not None and literal[:1] in want:
+                self.ops.append(Junk("", f"{self._cur_key!r}: a Python literal, read as JSON (repaired)"))
+                self.args(literal)
+                return
         self.args(coerce_json(raw, self._key_schema))
 
     # ---- helpers ---------------------------------------------------------------------------

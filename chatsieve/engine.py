@@ -122,6 +122,11 @@ class Engine:
     # ---- start state -------------------------------------------------------------
     def _start_state(self, prompt: str | None) -> None:
         spec = self.spec
+        opener = spec.prompt_opens_call
+        if opener is not None and (prompt is None or prompt.rstrip(_WS).endswith(opener)):
+            # tentative: output that names no recipient is content, every character kept
+            self._open_region(CONTENT, tentative=True, opener=opener)
+            return
         if prompt is not None and (spec.reasoning_open or spec.reasoning_close):
             last_open = max((prompt.rfind(m) for m in spec.reasoning_open), default=-1)
             last_close = max((prompt.rfind(m) for m in spec.reasoning_close), default=-1)
@@ -345,7 +350,9 @@ class Engine:
                     self._orphan(m)  # the region was not a call after all
             elif m in self._c_open:
                 self._raw.pop()
-                self._end_region(truncated=True)
+                if self._raw or self._region.ops or self._region.in_call:
+                    self._end_region(truncated=True)
+                # else: nothing read yet (a region the prompt opened): the marker reopens it
                 self._open_region(self._region_return, opener=m)
             elif m in self._end:
                 # the model ended its turn: an unfinished call is malformed, not cut short

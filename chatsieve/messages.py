@@ -38,7 +38,8 @@ def normalize_messages(messages: Sequence[Mapping[str, Any]], *, arguments_as_ob
     - an assistant's deprecated `function_call` becomes one `tool_calls` entry.
     - `tool_calls[].function.arguments` stay as given (OpenAI sends a JSON string), unless
       `arguments_as_objects`: then a JSON string holding an object becomes that object, for
-      templates that iterate it or `tojson` it; other strings are kept as they are.
+      templates that iterate it or `tojson` it; other strings are kept as they are. Without it, an
+      object a client sent becomes its JSON string.
     - `name`, `tool_call_id` and other string fields are kept; null fields are dropped.
     Roles are not checked here (a caller's template may know more); the server checks them.
     """
@@ -110,6 +111,8 @@ def _tool_calls(calls: Any, param: str, as_objects: bool) -> list[dict]:
                 args = parsed
         elif args is None:
             args = {} if as_objects else "{}"
+        elif isinstance(args, Mapping) and not as_objects:
+            args = json.dumps(args, ensure_ascii=False)  # a client sent an object: the JSON string
         elif not isinstance(args, str | Mapping):
             raise MessageError(
                 f"{param}[{j}].function.arguments must be a JSON string", f"{param}[{j}].function.arguments"

@@ -22,12 +22,17 @@ from .events import (
     Piece,
     ReasoningDelta,
     TokenLogprob,
+    delta_maker,
 )
 from .lexer import GatedText, MarkerLexer
 from .spec import FormatSpec
 from .tools import normalize_tools
 
 _GATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# tokenizer -> {lexer marker-character pattern: {token id: its hot-lane text, "" if none}}
+_HOT_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MAKE = {"reasoning": delta_maker(ReasoningDelta), "content": delta_maker(ContentDelta)}
+_WS = " \t\r\n"
 
 
 def resolve_gates(spec: FormatSpec, tokenizer: Any) -> tuple[dict[str, int | None], tuple[GatedText, ...]]:
@@ -95,8 +100,9 @@ class StreamParser:
     when they arrive as their own token id.
 
     Ordinary text that only continues the open reasoning, content or argument string
-    takes a fast lane past the pipeline's stages (see `_plain`); `fast_lane=False`
-    sends everything through them, with the same result (the fixtures check both).
+    takes a fast lane past the pipeline's stages (see `_plain`, and `feed` for the hot
+    lane); `fast_lane=False` sends everything through them, with the same result (the
+    fixtures check both).
     """
 
     def __init__(
@@ -112,6 +118,7 @@ class StreamParser:
         stop_token_ids: Iterable[int] | None = None,
         include_stop_str_in_output: bool = False,
         fast_lane: bool = True,
+        keep_logprobs: bool = True,
     ) -> None:
         self.spec = formats.get(format)
         self._fast_lane = fast_lane
@@ -123,7 +130,9 @@ class StreamParser:
             prompt=prompt,
             stream_arguments=stream_arguments,
         )
-        self._builder = MessageBuilder()
+        # keep_logprobs=False: `message.logprobs` stays None, for a caller that sends each event's
+        # logprobs on as they come (a stream then holds none of them)
+        self._builder = MessageBuilder(keep_logprobs=keep_logprobs)
         self._detok = None
         if tokenizer is not None:
             from .detok import Detokenizer
@@ -151,6 +160,18 @@ class StreamParser:
         self._logprobs: deque[tuple[int, int, tuple[TokenLogprob, ...]]] = deque()
         self._pos = 0
         self._done = False
+        # The hot lane (see `feed`): the builder's list of the field it appends to, or None
+        self._hot: list[str] | None = None
+        self._hot_make = _MAKE["content"]
+        self._hot_k = 0  # deltas it took that the stages have not been told of (`_cool`)
+        self._hot_ids = False  # whether it may take token ids (opened by one: nothing pending)
+        self._hot_re = self._lexer.marker_chars
+        self._hot_ok = fast_lane and (self._stops is None or not self._stops.has_strings)
+        self._hot_stops = self._stops.stop_ids if self._stops is not None else frozenset()
+        self._hot_texts: dict[int, str] = {}
+        if tokenizer is not None:
+            by_re = _HOT_TEXTS.setdefault(tokenizer, {})
+            self._hot_texts = by_re.setdefault(self._hot_re.pattern if self._hot_re else None, {})
 
     # ---- public ------------------------------------------------------------------------
     def feed(
@@ -159,6 +180,29 @@ class StreamParser:
         token_ids: Sequence[int] | None = None,
         logprobs: Sequence[TokenLogprob] | None = None,
     ) -> list[Event]:
+        hot = self._hot
+        if hot is not None:
+            # The hot lane: the last delta took the fast lane into reasoning or content, and
+            # nothing has happened since; the stages would then take any further delta
+            # that has no character that can begin a marker and does not end in
+            # whitespace the same way (`Engine.take_plain`), so it is taken here, and the
+            # stages are told of the run at once when it ends (`_cool`).
+            if token_ids is None:
+                if text and text[-1] not in _WS and (self._hot_re is None or self._hot_re.search(text) is None):
+                    hot.append(text)
+                    self._hot_k += 1
+                    return [self._hot_make(text)]
+            elif logprobs is None and len(token_ids) == 1 and self._hot_ids:
+                tid = token_ids[0]
+                text = self._hot_texts.get(tid)
+                if text and tid not in self._hot_stops:  # (`_hot_id`, inline for speed)
+                    hot.append(text)
+                    self._hot_k += 1
+                    return [self._hot_make(text)]
+                event = self._hot_id(tid) if text is None else None
+                if event is not None:
+                    return [event]
+            self._cool()
         if self._done:
             raise ValueError("feed() after finish(): start a new StreamParser for a new output")
         if token_ids is not None:
@@ -179,6 +223,7 @@ class StreamParser:
     def finish(self, finish_reason: str | None = None) -> list[Event]:
         if self._done:
             return []
+        self._cool()
         pieces = self._detok.finish() if self._detok is not None else []
         # A stop (token, string, or the engine's "stop") means the model ended the
         # output: an unfinished call is then malformed, not truncated.
@@ -209,12 +254,29 @@ class StreamParser:
         """A stop token or stop string ended the output."""
         return self._stops is not None and self._stops.stopped
 
+    @property
+    def stop_strings(self) -> bool:
+        """Whether stop strings are matched (an output may then end inside a batch of ids)."""
+        return self._stops is not None and bool(self._stops._stops)
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended the output, if one did (not a stop token)."""
+        reason = self._stops.stop_reason if self._stops is not None else None
+        return reason if isinstance(reason, str) else None
+
     # ---- pipeline ----------------------------------------------------------------------
     def _feed_ids(self, token_ids: Sequence[int]) -> list[Event]:
         """Token ids without logprobs, each through the fast lane when it can take it."""
         detok = self._detok
         events: list[Event] = []
         for tid in token_ids:
+            if self._hot is not None:
+                event = self._hot_id(tid)
+                if event is not None:
+                    events.append(event)
+                    continue
+                self._cool()
             text = detok.plain(tid)
             got = self._plain(text, tid) if text is not None else None
             events += self._run(detok.feed((tid,))) if got is None else got
@@ -241,9 +303,41 @@ class StreamParser:
         self._pos += len(text)
         if kind == "region":
             return self._events() if self._engine.out else []
-        event = ReasoningDelta(text) if kind == "reasoning" else ContentDelta(text)
-        self._builder.apply(event)
-        return [event]
+        parts = self._builder.parts(kind)
+        parts.append(text)
+        make = _MAKE[kind]
+        if self._hot_ok:
+            self._hot, self._hot_make, self._hot_ids = parts, make, token_id is not None
+        return [make(text)]
+
+    def _hot_id(self, tid: int) -> Event | None:
+        """The hot lane for one token id (see `feed`): its event, or None, nothing taken."""
+        if not self._hot_ids or tid in self._hot_stops:
+            return None
+        text = self._hot_texts.get(tid)
+        if text is None:
+            # The lane's text of this id anywhere nothing is pending (the detokenizer's
+            # plain text, with no marker character and no trailing whitespace), or "".
+            text = self._detok.plain(tid) or ""
+            if text and (text[-1] in _WS or (self._hot_re is not None and self._hot_re.search(text))):
+                text = ""
+            self._hot_texts[tid] = text
+        if not text:
+            return None
+        self._hot.append(text)
+        self._hot_k += 1
+        return self._hot_make(text)
+
+    def _cool(self) -> None:
+        """Leave the hot lane: the stages take the run of text it took as one delta of
+        the fast lane, which changes their state as the deltas one by one would have."""
+        hot, k = self._hot, self._hot_k
+        self._hot, self._hot_k = None, 0
+        if k:
+            text = "".join(hot[-k:])
+            start = self._lexer.take_plain(text)
+            self._engine.take_plain(text, start)
+            self._pos += len(text)
 
     def _run(self, pieces: list[Piece], final: bool = False, cut: bool = True) -> list[Event]:
         if self._stops is not None:

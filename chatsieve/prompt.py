@@ -7,9 +7,13 @@ ordinary sub-word pieces, so the model never reads it as the control token.
 Isolation, precisely:
 
 * Scope: every string the caller supplies in `messages` (content, text parts, reasoning, tool
-  results, tool-call arguments, names), `tools` and `documents`, dict keys included (a tool
-  schema's property names come from third parties too) -- but not template variables
-  (`bos_token`, `enable_thinking`, ...). The template's own text keeps its ids.
+  results, tool-call arguments, names), `tools`, `documents` and `request_variables` (template
+  variables from a request, at any depth), dict keys included (a tool schema's property names
+  come from third parties too) -- but not the trusted template keywords (`enable_thinking=...`
+  passed by the program itself). The template's own text keeps its ids. Request variables may
+  not name a variable the renderer or the tokenizer owns (`bos_token`, `add_generation_prompt`,
+  the template helpers, ...), and the switches in `BOOLEAN_VARIABLES` must be booleans
+  (`TemplateVariableError`).
 * Delimiters: `markers` if given (exactly those); else the format's `delimiters`
   (`chatsieve.formats`) plus every control token of the tokenizer: each added token except
   whitespace runs (Gemma's "▁▁") and non-special HTML tags (Gemma's `<table>`, `<b>`), which
@@ -40,6 +44,7 @@ Isolation, precisely:
 from __future__ import annotations
 
 import argparse
+import bisect
 import copy
 import dataclasses
 import functools
@@ -54,7 +59,20 @@ from typing import Any
 from .messages import MessageError, normalize_messages
 from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["GEMMA4_EMPTY_THOUGHT", "Prompt", "PromptError", "PromptTooLong", "render_main", "render_prompt", "render_text"]
+__all__ = [
+    "BOOLEAN_VARIABLES",
+    "GEMMA4_EMPTY_THOUGHT",
+    "Prompt",
+    "PromptError",
+    "PromptTooLong",
+    "TemplateVariableError",
+    "check_request_variables",
+    "load_chat_template",
+    "owned_variables",
+    "render_main",
+    "render_prompt",
+    "render_text",
+]
 
 # The Gemma 4 template ends a thinking-off generation prompt with this empty thought channel.
 GEMMA4_EMPTY_THOUGHT = "<|channel>thought\n<channel|>"
@@ -79,6 +97,71 @@ class PromptTooLong(PromptError):
         more = "" if exact else "at least "
         super().__init__(f"the prompt has {more}{tokens} tokens, more than the limit of {limit}")
         self.tokens, self.limit, self.exact = tokens, limit, exact
+
+
+class TemplateVariableError(PromptError):
+    """A request's template variable that may not be set, or not to this value (`name` says which)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+# Variables the renderer passes itself (or that steer the rendering, not the conversation): a
+# request may not set them. The tokenizer's special-token names and the template helpers are
+# added per tokenizer (`owned_variables`).
+_RENDERER_VARIABLES = frozenset({
+    "messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+    "add_special_tokens", "bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token",
+    "mask_token", "additional_special_tokens", "special_tokens_map",
+})
+
+# Switches templates test for truth: only true or false, so that the template and the parser
+# (which reads the thinking switches) agree on what was asked ("yes" is truthy to a template).
+BOOLEAN_VARIABLES = frozenset({
+    "enable_thinking", "thinking", "clear_thinking", "tools_in_user_message", "add_vision_id",
+    "keep_empty_thinking",
+})
+_THINKING_SWITCHES = ("enable_thinking", "thinking")
+
+
+def owned_variables(tok: Tokenizer | None) -> frozenset[str]:
+    """Template variable names a request may not set: the renderer's, the template helpers'
+    (`raise_exception`, `namespace`, ...), and the tokenizer's special tokens (`*_token(s)` keys of
+    its config, as transformers passes them)."""
+    from .jinja_env import template_globals
+
+    names = set(_RENDERER_VARIABLES) | template_globals()
+    if tok is not None:
+        names.update(k for k in tok.config if isinstance(k, str) and k.endswith(("_token", "_tokens")))
+    return frozenset(names)
+
+
+def check_request_variables(variables: Mapping[str, Any] | None, tok: Tokenizer | None = None) -> dict:
+    """`variables` from a request as plain data, or `TemplateVariableError`: a name the renderer or
+    the tokenizer owns, a switch in `BOOLEAN_VARIABLES` that is not true/false, or thinking
+    switches that contradict each other."""
+    if variables is None:
+        return {}
+    if not isinstance(variables, Mapping):
+        raise TemplateVariableError("", "template variables must be an object of names to values")
+    owned = owned_variables(tok)
+    out = {}
+    for name, value in variables.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TemplateVariableError(str(name), f"template variable names must be identifiers, got {name!r}")
+        if name in owned or name.startswith("_"):
+            raise TemplateVariableError(
+                name, f"the template variable {name!r} is set by the server, not by a request: remove it")
+        if name in BOOLEAN_VARIABLES and not isinstance(value, bool):
+            raise TemplateVariableError(name, f"the template variable {name!r} must be true or false, got {value!r}")
+        out[name] = _plain(value)
+    given = {out[k] for k in _THINKING_SWITCHES if k in out}
+    if len(given) > 1:
+        raise TemplateVariableError(
+            "thinking", "enable_thinking and thinking disagree (or reasoning_effort 'none' asked for no "
+            "thinking): give one value")
+    return out
 
 
 @dataclass(frozen=True)
@@ -123,7 +206,8 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"  # an inert placeholder, as transformers renders unknown objects
 
 
-def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = False) -> list[dict]:
+def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = False,
+                      null_call_content: bool = False) -> list[dict]:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise PromptError("messages must be a list of {'role': ..., 'content': ...} dicts")
     if not messages:
@@ -147,39 +231,75 @@ def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = Fals
         reasoning = next((m[k] for k in _REASONING_FIELDS if m.get(k) is not None), None)
         if reasoning is not None:
             m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        if null_call_content and m.get("tool_calls") and m.get("content") == "":
+            m = {**m, "content": None}  # the template renders calls only under null content
         out.append(m)
     return out
 
 
 _PROBE_CALL_ID = "abcDEF123"  # nine alphanumerics: Mistral's templates insist on that shape
-_PROBE_TOOLS = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object"}}}]
+# A complete tool definition (description, typed and described parameters): templates index
+# these fields without a default (gpt-oss needs `description`), and a probe they refuse decides
+# nothing.
+_PROBE_TOOLS = [{"type": "function", "function": {
+    "name": "probe", "description": "A probe tool.",
+    "parameters": {"type": "object", "properties": {"k": {"type": "string", "description": "A key."}},
+                   "required": ["k"]}}}]
+_PROBE_ARGS = {"k": "v7q"}  # the value shows whether the call's arguments were rendered
+
+
+@dataclass(frozen=True)
+class _CallShape:
+    """How a template wants an assistant's earlier tool calls handed to it."""
+
+    objects: bool  # arguments as objects (else OpenAI's JSON string)
+    null_content: bool  # a call message without text needs content None, not "" (DeepSeek V3, R1)
+    renders: bool = True  # False: no shape showed the call's arguments (the template drops calls)
+
+
+def _wants_argument_objects(source: str) -> bool:
+    """Whether a template takes tool-call arguments as objects rather than OpenAI's JSON string
+    (see `_call_shape`)."""
+    return _call_shape(source).objects
 
 
 @functools.lru_cache(maxsize=32)
-def _wants_argument_objects(source: str) -> bool:
-    """Whether a template needs tool-call arguments as objects rather than OpenAI's JSON string.
+def _call_shape(source: str) -> _CallShape:
+    """Probe a template once for the message shape under which it renders an earlier call.
 
-    Vendors disagree (DeepSeek concatenates the string; Llama 3 and GLM `tojson` or iterate an
-    object), so a probe call with string arguments is rendered once per template: if the template
-    fails on it or double-encodes it, arguments are given to it as objects. Otherwise they stay
-    strings, as transformers passes them.
+    Chat templates are written against argument objects (transformers' documented form: they
+    `tojson` them, iterate them, or write the family's own syntax from them), and only objects give
+    the spelling the model was trained on: chatsieve returns compact JSON, which a template that
+    echoes strings would show the model instead of its own `{"k": "v"}`, Gemma 4's
+    `{k:<|"|>v<|"|>}`, or gpt-oss' JSON without a second encoding. So a probe call is rendered with
+    each form, and strings are kept only where objects do not work: the template fails on an
+    object, drops it, or prints it as Python's `{'k': 'v'}` (DeepSeek V3, R1, Mistral). A call
+    counts as rendered only when its argument value appears; a template that renders a call only
+    when the message's content is null (DeepSeek V3, R1: `content is none`) gets null content.
+    If no shape renders the call, strings and "" content, as transformers passes them.
     """
-    def probe(args: Any) -> str | None:
+    def probe(args: Any, content: Any) -> str | None:
         messages = [
             {"role": "user", "content": "q"},
-            {"role": "assistant", "content": "", "tool_calls": [
+            {"role": "assistant", "content": content, "tool_calls": [
                 {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": "probe", "arguments": args}}]},
             {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": "probe", "content": "r"},
         ]
         try:
-            return _render(source, messages, _PROBE_TOOLS, None, True, {})
+            out = _render(source, messages, _PROBE_TOOLS, None, True, {"bos_token": "", "eos_token": ""})
         except PromptError:
             return None
+        return out if _PROBE_ARGS["k"] in out else None
 
-    as_string = probe('{"k": "v"}')
-    if as_string is not None and '\\"k\\"' not in as_string:
-        return False
-    return probe({"k": "v"}) is not None
+    as_string = json.dumps(_PROBE_ARGS)
+    for null in (False, True):
+        content = None if null else ""
+        as_object = probe(dict(_PROBE_ARGS), content)
+        if as_object is not None and repr(_PROBE_ARGS) not in as_object:
+            return _CallShape(objects=True, null_content=null)
+        if probe(as_string, content) is not None:
+            return _CallShape(objects=False, null_content=null)
+    return _CallShape(objects=False, null_content=False, renders=False)
 
 
 def _as_tokenizer(tokenizer: Any) -> Tokenizer:
@@ -256,6 +376,34 @@ def _render(source: str, messages: list, tools: Any, documents: Any, add_generat
         raise PromptError(f"chat template failed on this conversation: {type(e).__name__}: {e}") from e
 
 
+def load_chat_template(path: str | Path, format: str | None = None) -> str:
+    """A chat template file's text, checked: readable, valid Jinja, renders a one-message
+    conversation (with the family's tool handling when `format` is given). Raises PromptError."""
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PromptError(f"cannot read the chat template {str(path)!r}: {e}") from e
+    if not source.strip():
+        raise PromptError(f"the chat template {str(path)!r} is empty")
+    try:
+        _render_request(source, [{"role": "user", "content": "hi"}], None, None, True,
+                        {"bos_token": "", "eos_token": ""}, format)
+    except PromptError as e:
+        raise PromptError(f"the chat template {str(path)!r} does not render a conversation: {e}") from e
+    return source
+
+
+def _render_request(source: str, messages: list, tools: Any, documents: Any, add_generation_prompt: bool,
+                    variables: dict, format: str | None) -> str:
+    """`_render`, after writing in what the template cannot render of the tools (for a known family:
+    its documented tool prompt, results as user turns, calls as text; see chatsieve.tool_prompt)."""
+    if format is not None:
+        from .tool_prompt import adapt_conversation
+
+        messages = adapt_conversation(source, messages, tools, _format_spec(format))
+    return _render(source, messages, tools, documents, add_generation_prompt, variables)
+
+
 def _format_spec(format: str):
     from . import formats
 
@@ -269,8 +417,26 @@ def _is_gemma4(format: str | None) -> bool:
     return format is not None and (format.lower() in _GEMMA4_NAMES or _format_spec(format).name in _GEMMA4_NAMES)
 
 
+# Gemma 4's template opens no model turn after tool results (the model answers inside its own
+# turn, after `<tool_response|>`), but when the call message also had text it writes that text
+# after the results and closes the turn: the prompt then ends here, with no turn to answer in.
+_GEMMA4_TURN_END = "<turn|>\n"
+_GEMMA4_MODEL_TURN = "<|turn>model\n"
+
+
+def _gemma4_answer_turn(text: str, format: str | None, add_generation_prompt: bool,
+                        variables: Mapping[str, Any]) -> str:
+    """Open the model's turn where Gemma 4's template closed one and opened none: what the template
+    itself writes after any closed turn (`<|turn>model\n`, and the empty thought channel unless
+    thinking is on)."""
+    if not add_generation_prompt or not text.endswith(_GEMMA4_TURN_END) or not _is_gemma4(format):
+        return text
+    return text + _GEMMA4_MODEL_TURN + ("" if variables.get("enable_thinking") else GEMMA4_EMPTY_THOUGHT)
+
+
 def _drop_empty_thought(text: str, format: str | None, add_generation_prompt: bool,
                         keep_empty_thinking: bool, variables: Mapping[str, Any]) -> str:
+    text = _gemma4_answer_turn(text, format, add_generation_prompt, variables)
     if (keep_empty_thinking or not add_generation_prompt or variables.get("enable_thinking")
             or not _is_gemma4(format) or not text.endswith(GEMMA4_EMPTY_THOUGHT)):
         return text
@@ -287,10 +453,11 @@ def _check_tokenizer_controls(padding: Any, return_tensors: Any, tokenizer_kwarg
             )
 
 
-def _prepare(messages, tokenizer, template, tools, documents, template_kwargs):
+def _prepare(messages, tokenizer, template, tools, documents, template_kwargs, request_variables=None):
     tok = _as_tokenizer(tokenizer) if tokenizer is not None else None
     source = _resolve_template(template, tok, tools)
-    msgs = _prepare_messages(messages, _wants_argument_objects(source))
+    shape = _call_shape(source)
+    msgs = _prepare_messages(messages, shape.objects, shape.null_content)
     if tools is not None and not all(isinstance(t, Mapping) for t in tools):
         raise PromptError("tools must be a list of OpenAI tool dicts ({'type': 'function', 'function': {...}})")
     tools_p = _plain(list(tools)) if tools is not None else None
@@ -298,7 +465,11 @@ def _prepare(messages, tokenizer, template, tools, documents, template_kwargs):
     if docs_p is not None and not all(isinstance(d, dict) for d in docs_p):
         raise PromptError("documents must be a list of dicts with 'title' and 'text' keys")
     variables = {**_special_tokens_map(tok), **_plain(template_kwargs)}
-    return tok, source, msgs, tools_p, docs_p, variables
+    untrusted = check_request_variables(request_variables, tok)
+    clash = sorted(untrusted.keys() & variables.keys())
+    if clash:
+        raise TemplateVariableError(clash[0], f"the template variable {clash[0]!r} is set by the server, not by a request")
+    return tok, source, msgs, tools_p, docs_p, variables, untrusted
 
 
 def render_text(
@@ -318,9 +489,10 @@ def render_text(
     `tokenizer` is optional here: it supplies the default template and `bos_token`/`eos_token`;
     without one pass `template=` (and those variables as keywords if the template uses them).
     """
-    tok, source, msgs, tools_p, docs_p, variables = _prepare(
+    tok, source, msgs, tools_p, docs_p, variables, untrusted = _prepare(
         messages, tokenizer, template, tools, documents, template_kwargs)
-    text = _render(source, msgs, tools_p, docs_p, add_generation_prompt, variables)
+    variables = {**variables, **untrusted}
+    text = _render_request(source, msgs, tools_p, docs_p, add_generation_prompt, variables, format)
     return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
 
@@ -580,16 +752,33 @@ def _encode_as_text(tok: Tokenizer, text: str, delims: _Delimiters) -> list[int]
     )
 
 
-def _align(real: str, marked: str, mk: _Markers) -> list[int | None] | None:
+class _Positions:
+    """Where each character of the real rendering sits in the marked one (`span`), in memory
+    proportional to the markers, not to the prompt (a long prompt has few)."""
+
+    def __init__(self, before: list[int] | None = None, table: list[int | None] | None = None) -> None:
+        self.before = before  # exact case: for the k-th marker, the real characters before it
+        self.table = table  # whitespace case: per character, its index or None
+
+    def span(self, a: int, b: int) -> list[int]:
+        """Marked indices of real characters a..b (those that have one)."""
+        if self.table is not None:
+            return [j for j in self.table[a:b] if j is not None]
+        assert self.before is not None
+        return [i + bisect.bisect_right(self.before, i) for i in range(a, b)]
+
+
+def _align(real: str, marked: str, mk: _Markers) -> _Positions | None:
     """For each character of `real`, its index in `marked`, or None if the renderings disagree.
 
     Exact when `marked` minus the markers is `real`. Otherwise, when the two differ only in
     whitespace (a marker next to the content blocked a template's strip()), the non-whitespace
     characters are matched one to one, in order, and whitespace maps to None.
     """
+    at = [m.start() for m in re.finditer("[" + re.escape(mk.all) + "]", marked)]
+    if marked.translate({ord(c): None for c in mk.all}) == real:
+        return _Positions(before=[p - k for k, p in enumerate(at)])
     kept = [j for j, ch in enumerate(marked) if ch not in mk.all]
-    if "".join(marked[j] for j in kept) == real:
-        return kept
     solid = [j for j in kept if not marked[j].isspace()]
     real_solid = [i for i, ch in enumerate(real) if not ch.isspace()]
     if len(solid) != len(real_solid) or any(real[i] != marked[j] for i, j in zip(real_solid, solid, strict=True)):
@@ -597,10 +786,10 @@ def _align(real: str, marked: str, mk: _Markers) -> list[int | None] | None:
     pos: list[int | None] = [None] * len(real)
     for i, j in zip(real_solid, solid, strict=True):
         pos[i] = j
-    return pos
+    return _Positions(table=pos)
 
 
-def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: _Markers,
+def _isolate(tok: Tokenizer, real: str, marked: str, pos: _Positions, mk: _Markers,
              delims: _Delimiters) -> tuple[list[int], list[tuple[int, int]]]:
     """Plain ids of `real`, with the delimiter tokens that came from caller text replaced."""
     # Characters of `marked` that belong to a delimiter found in caller text: `open delim close`.
@@ -618,7 +807,7 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
     spans: list[tuple[int, int]] = []
     for tid, (a, b) in zip(enc.ids, enc.offsets, strict=True):
         if tid in delimiter_ids:
-            where = [j for j in pos[a:b] if j is not None]
+            where = pos.span(a, b)
             # From caller text, or assembled across the edge of a caller string (a marker sits
             # between its characters); a delimiter we cannot place is treated as caller text.
             if (not where or any(from_caller[j] for j in where)
@@ -638,17 +827,39 @@ def _isolate(tok: Tokenizer, real: str, marked: str, pos: list[int | None], mk: 
     return ids, spans
 
 
+# Piecewise counting (below): pieces of about this many characters, cut before a space; each cut
+# may save at most this many tokens against encoding the whole text.
+_COUNT_PIECE = 32_768
+_CUT_SLACK = 4
+
+
 def _min_tokens(tok: Tokenizer, text: str, limit: int) -> int:
-    """A lower bound on the number of tokens of `text`, cheap next to encoding it.
+    """A lower bound on the number of tokens of `text`, cheap next to encoding it whole.
 
     Every token holds at least one byte, so text of at most `limit` bytes is never too long; and no
-    token holds more bytes than the vocabulary's longest, which bounds the count from below.
-    (A pre-tokenizer count would be tighter, but costs about as much as encoding.)
+    token holds more bytes than the vocabulary's longest, which bounds the count from below. When
+    that does not decide and the text is several times longer than the limit in bytes, it is
+    encoded in pieces cut before a space (the pre-tokenizers here start a word there), counting
+    each piece's tokens less a slack per cut, until the count passes the limit: an over-long
+    prompt is then refused after encoding about `limit` tokens, in memory for one piece.
     """
     size = len(text.encode("utf-8", "surrogatepass"))
     if size <= limit:
         return 0
-    return -(-size // _longest_token_bytes(tok))
+    floor = -(-size // _longest_token_bytes(tok))
+    if floor > limit or size < 6 * limit or len(text) <= 2 * _COUNT_PIECE:
+        return floor  # (a short text is cheap to encode whole, and its count is then exact)
+    counted, start = 0, 0
+    while start < len(text):
+        end = text.find(" ", start + _COUNT_PIECE)
+        end = len(text) if end < 0 else end
+        piece = text[start:end]
+        counted += len(tok.hf.encode_batch([piece], add_special_tokens=False)[0].ids)
+        counted -= _CUT_SLACK if end < len(text) else 0
+        if counted > limit:
+            return counted
+        start = end
+    return max(floor, 0)
 
 
 _LONGEST_CACHE: dict[int, tuple[Any, int]] = {}
@@ -705,6 +916,7 @@ def render_prompt(
     return_tensors: Any = None,
     tokenizer_kwargs: Mapping[str, Any] | None = None,
     token_limit: int | None = None,
+    request_variables: Mapping[str, Any] | None = None,
     **template_kwargs: Any,
 ) -> Prompt:
     """Render `messages` with the chat template and tokenize it, isolating delimiters in content.
@@ -720,18 +932,22 @@ def render_prompt(
     model_max_length) on the tokenizer's truncation_side. `token_limit` (without truncation)
     raises `PromptTooLong` for a longer prompt, before tokenizing it when a cheap lower bound on
     its token count already exceeds the limit. Other keywords reach the template
-    (`enable_thinking=False`, ...). Raises `PromptError`.
+    (`enable_thinking=False`, ...) as they are: they are the program's own. `request_variables`
+    are template variables from an untrusted request (`chat_template_kwargs`): their strings are
+    isolated like message content, and `check_request_variables` refuses the names and values a
+    request may not set (`TemplateVariableError`). Raises `PromptError`.
     """
     _check_tokenizer_controls(padding, return_tensors, tokenizer_kwargs)
     if tokenizer is None:
         raise PromptError("render_prompt needs a tokenizer (use render_text for the text alone)")
-    tok, source, msgs, tools_p, docs_p, variables = _prepare(
-        messages, tokenizer, template, tools, documents, template_kwargs)
+    tok, source, msgs, tools_p, docs_p, trusted, untrusted = _prepare(
+        messages, tokenizer, template, tools, documents, template_kwargs, request_variables)
+    variables = {**trusted, **untrusted}
 
     def finish(text: str) -> str:
         return _drop_empty_thought(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
-    text = finish(_render(source, msgs, tools_p, docs_p, add_generation_prompt, variables))
+    text = finish(_render_request(source, msgs, tools_p, docs_p, add_generation_prompt, variables, format))
     if token_limit is not None and not truncation:
         floor = _min_tokens(tok, text, token_limit)
         if floor > token_limit:
@@ -747,9 +963,10 @@ def render_prompt(
         marked_msgs = _mark(msgs, delims, mk, flag)
         marked_tools = _mark(tools_p, delims, mk, flag)
         marked_docs = _mark(docs_p, delims, mk, flag)
+        marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
         if flag[0]:
-            marked = finish(_render(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
-                                    variables))
+            marked = finish(_render_request(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
+                                            marked_vars, format))
             pos = _align(text, marked, mk)
             if pos is None:
                 raise PromptError(

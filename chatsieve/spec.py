@@ -27,6 +27,24 @@ class ContentFilter(Protocol):
 
 
 @dataclass(frozen=True)
+class ToolPrompt:
+    """How a family's documentation tells the model about tools where its chat template does not
+    (chatsieve.tool_prompt applies it only to templates that ignore tools or have no tool role).
+
+    `system`: a Jinja template of the tool definitions (`tools`: the request's OpenAI tool
+    dicts), appended to the system message. `result`: tool results as one user turn (`results`:
+    [{"name", "content"}]), for templates without a tool role. `calls`: the `chatsieve.grammar`
+    call syntax an earlier call is written back in, for templates that render no calls.
+    `source`: where the family documents this.
+    """
+
+    system: str
+    source: str
+    result: str | None = None
+    calls: str | None = None
+
+
+@dataclass(frozen=True)
 class FormatSpec:
     name: str
     description: str = ""
@@ -59,9 +77,10 @@ class FormatSpec:
     reasoning_doc: str = ""  # e.g. "`<think>…</think>`, on by default"
     calls_doc: str = ""  # e.g. "`<tool_call>{\"name\", \"arguments\"}</tool_call>`"
     tokenizer_doc: str = ""  # the real tokenizer its token-mode fixtures use, e.g. "qwen3"
-    template: str | None = None  # chat template in shared/models, for the README table
+    template: str | None = None  # chat template in the test data (shared/models or llama.cpp/models/), for the README table
     engine: type | None = None  # an Engine subclass for grammars beyond the shared one
     call_syntax: str | None = None  # chatsieve.grammar's builder that can force its calls
+    tool_prompt: ToolPrompt | None = None  # the documented tool prompt, for templates that ignore tools
 
     @property
     def delimiters(self) -> tuple[str, ...]:

@@ -12,17 +12,22 @@ from . import formats
 from .spec import FormatSpec
 
 HEADER = (
-    "| format (aliases) | reasoning | calls | gated by token id (real tokenizer) | chat template in shared/models |\n"
+    "| format (aliases) | reasoning | calls | gated by token id (real tokenizer) | chat template in the test data |\n"
     "|---|---|---|---|---|"
 )
 
 
 def reference_tokenizer(models: Path, ref: str) -> Any:
-    """The tokenizer a spec's `tokenizer_doc` names, under the models directory (Gemma 4's
-    is derived from Gemma 3's, see shared/models/README.md). Raises when it cannot load."""
+    """The tokenizer a spec's `tokenizer_doc` names, under the models directory (Gemma 4's:
+    llama.cpp's ggml-vocab-gemma-4.gguf where the directory has it, as `python -m
+    chatsieve.testdata fetch` lays it out, else derived from Gemma 3's, see
+    shared/models/README.md). Raises when it cannot load."""
     from .tokenizer import derive_gemma4_tokenizer, load_tokenizer
 
     if ref == "gemma4":
+        gguf = models / "llama.cpp" / "models" / "ggml-vocab-gemma-4.gguf"
+        if gguf.is_file():
+            return load_tokenizer(gguf)
         return derive_gemma4_tokenizer(models / "gemma3", models / "gemma4" / "special_tokens.json")
     return load_tokenizer(models / ref)
 

@@ -14,6 +14,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .gguf import MAGIC as GGUF_MAGIC
+from .gguf import read_metadata
+from .gguf_tokenizer import gguf_tokenizer
 from .tiktoken_bpe import find_tiktoken_file, tiktoken_tokenizer
 
 if TYPE_CHECKING:
@@ -23,6 +26,7 @@ __all__ = [
     "END_OF_GENERATION_TOKENS",
     "Tokenizer",
     "TokenizerNotFoundError",
+    "load_gguf_tokenizer",
     "load_tokenizer",
 ]
 
@@ -388,7 +392,7 @@ def _byte_level_bpe(tk, vocab: Path, merges: Path, config: dict):
 def load_tokenizer(
     path: str | Path | tokenizers.Tokenizer | Tokenizer, *, config: dict | None = None
 ) -> Tokenizer:
-    """Load a tokenizer directory or tokenizer.json file, or wrap a `tokenizers.Tokenizer`.
+    """Load a tokenizer directory, tokenizer.json file or GGUF file, or wrap a `tokenizers.Tokenizer`.
 
     A directory holds `tokenizer.json` (or `tokenizer.json.xz`), or `vocab.json` +
     `merges.txt`, or a tiktoken BPE file (`tiktoken.model`, `*.tiktoken`, a text
@@ -396,7 +400,8 @@ def load_tokenizer(
     the same ids, see tiktoken_bpe.py); optionally `tokenizer_config.json[.xz]`, `generation_config.json`
     and `chat_template.jinja`. `config`, if given, is used instead of
     tokenizer_config.json. A `Tokenizer` is returned as it is (re-wrapped with
-    `config` if one is given).
+    `config` if one is given). A GGUF file (llama.cpp's model format) gives the vocabulary
+    and chat template embedded in its metadata (see `load_gguf_tokenizer`).
     """
     if isinstance(path, Tokenizer) and config is None:
         return path
@@ -411,6 +416,8 @@ def load_tokenizer(
         )
 
     given = Path(path)
+    if given.is_file() and _is_gguf(given):
+        return load_gguf_tokenizer(given, config=config)
     tokenizer_file: Path | None = None
     if given.is_file():
         tokenizer_file, directory = given, given.parent
@@ -466,6 +473,27 @@ def load_tokenizer(
         config=config,
         generation_config=generation_config,
         chat_template_file=chat_template_file,
+    )
+
+
+def _is_gguf(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(4) == GGUF_MAGIC
+
+
+def load_gguf_tokenizer(path: str | Path, *, config: dict | None = None) -> Tokenizer:
+    """The tokenizer embedded in a GGUF file: its vocabulary (byte-level BPE, SentencePiece,
+    Gemma 4), special tokens, `add_bos_token` and chat templates. Only the metadata is read,
+    never the tensors. `config` entries override what the GGUF implies. A vocabulary type
+    chatsieve cannot build raises GGUFError naming it."""
+    path = Path(path)
+    built = gguf_tokenizer(_import_tokenizers(), read_metadata(path), where=str(path))
+    merged = {**built.config, **(config or {})}
+    return Tokenizer(
+        built.hf,
+        path=path,
+        config=merged,
+        generation_config={"eos_token_id": list(built.stop_ids)} if built.stop_ids else {},
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -37,6 +38,11 @@ class Script:
     fail: str | None = None  # None | "status" | "reject" | "garbage" | "truncate" | "error_event"
     delay: float = 0.0  # seconds between events (to leave room for a disconnect)
     ignore_max_tokens: bool = False  # an engine that runs past the max_tokens it was sent
+    # Honour the request's constraint as a real engine would: refuse (400) a request that carries
+    # none, or whose constraint the scripted output (but its last `constraint_tail` ids, the end
+    # token) does not satisfy -- so a forced call or schema that never reaches the engine fails.
+    constrained: bool = False
+    constraint_tail: int = 1
 
 
 def fake_logprob(token_id: int) -> float:
@@ -118,12 +124,38 @@ class FakeEngine:
             key, script = self._pick(prompt)
         except LookupError as e:
             return JSONResponse({"error": {"message": str(e)}}, status_code=404)
+        refused = self._check_constraint(path, payload, script)
+        if refused is not None:
+            return JSONResponse({"error": {"message": refused, "code": 400}}, status_code=400)
         if script.fail == "status":
             return JSONResponse({"error": {"message": "engine exploded", "code": 500}}, status_code=500)
         if script.fail == "reject":
             message = "This model's maximum context length is 8 tokens"
             return JSONResponse({"object": "error", "message": message, "code": 400}, status_code=400)
         return payload, key, script, prompt
+
+    def _check_constraint(self, path: str, payload: dict, script: Script) -> str | None:
+        """Why the engine would refuse this constrained script, or None."""
+        if not script.constrained:
+            return None
+        kind, value = payload_constraint(path, payload)
+        ids = list(script.token_ids[: len(script.token_ids) - script.constraint_tail])
+        if kind is None:
+            return "the script expects a constraint, the request carries none"
+        if kind == "grammar":
+            from gbnf import accepts, token_char
+
+            named = {int(t) for t in re.findall(r"<\[(\d+)\]>", value)}
+            text = "".join(token_char(t) if t in named else self.decode([t]) for t in ids)
+            return None if accepts(value, text) else f"the output {text!r} is outside the grammar"
+        import jsonschema
+
+        text = self.decode(ids)
+        try:
+            jsonschema.validate(json.loads(text), value)
+        except (ValueError, jsonschema.ValidationError) as e:
+            return f"the output {text!r} violates the {kind} constraint: {str(e).splitlines()[0]}"
+        return None
 
     def _play(
         self, script: Script, max_tokens: int | None, stop_ids: Sequence[int]
@@ -321,6 +353,32 @@ class FakeEngine:
             )
 
         return self._stream(key, script, events())
+
+
+def payload_constraint(path: str, payload: dict) -> tuple[str | None, object]:
+    """The constraint an engine request carries, per protocol: ("grammar", GBNF text),
+    ("json_schema", schema), ("json_object", {"type": "object"}) or (None, None)."""
+    if path == "/v1/completions":
+        so = payload.get("structured_outputs") or {}
+        if "grammar" in so:
+            return "grammar", so["grammar"]
+        if so.get("json_object"):
+            return "json_object", {"type": "object"}
+        if "json" in so:
+            return "json_schema", so["json"]
+        return None, None
+    if path == "/generate":
+        params = payload.get("sampling_params") or {}
+        if "ebnf" in params:
+            return "grammar", params["ebnf"]
+        if "json_schema" in params:
+            return "json_schema", json.loads(params["json_schema"])
+        return None, None
+    if "grammar" in payload:
+        return "grammar", payload["grammar"]
+    if "json_schema" in payload:
+        return "json_schema", payload["json_schema"]
+    return None, None
 
 
 class ServerThread:

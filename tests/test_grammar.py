@@ -276,11 +276,87 @@ def test_plan_picks_the_call_grammar_then_the_response_format():
     common = {"engine": "llamacpp", "token_id": None, "response_format": {"type": "json_object"}}
     c = plan("gemma3", tools=[NOW], tool_choice="required", **common)
     assert c.kind == "grammar" and "get_time" in c.grammar
-    assert plan("gemma3", tools=[NOW], tool_choice="auto", **common) == Constraint("json_object", schema={"type": "object"})
+    # tools with a response_format: the calls or the JSON answer
+    either = plan("gemma3", tools=[NOW], tool_choice="auto", **common)
+    assert either.kind == "grammar"
+    assert accepts(either.grammar, "[get_time()]") and accepts(either.grammar, '{"a": [1, true]}')
+    assert not accepts(either.grammar, "plain text")
+    assert plan("gemma3", tools=None, tool_choice="auto", **common) == Constraint("json_object", schema={"type": "object"})
     assert plan("gemma3", tools=None, tool_choice="auto", engine="vllm", token_id=None, response_format=None) is None
-    with pytest.raises(GrammarError, match="thinking on"):
+    with pytest.raises(GrammarError, match="not a single token.*turn thinking off"):
         plan("qwen3", tools=None, tool_choice="auto", **common)
     assert plan("qwen3", tools=None, tool_choice="auto", thinking=False, **common).kind == "json_object"
+
+
+def test_response_format_with_thinking_leaves_room_for_the_reasoning():
+    ids = {"<think>": 151667, "</think>": 151668}.get
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    # llama.cpp: one grammar, an optional reasoning block by token id, then the JSON
+    c = plan("qwen3", tools=None, tool_choice="auto", engine="llamacpp", token_id=ids, response_format=rf)
+    assert c.kind == "grammar" and c.reasoning_end is None
+    think, end = token_char(151667), token_char(151668)
+    assert accepts(c.grammar, f'{think}\nplan: a is 1{end}\n\n{{"a": 1}}')
+    assert accepts(c.grammar, '{"a": 1}')
+    assert not accepts(c.grammar, f'{think}plan{end}{{"a": "x"}}')
+    assert not accepts(c.grammar, f'{think}plan{end}{{"a": 1}} trailing')
+    # vLLM / SGLang: the schema as it is, after the reasoning (two phases, up to `</think>`)
+    for engine in ("vllm", "sglang"):
+        c = plan("qwen3", tools=None, tool_choice="auto", engine=engine, token_id=ids, response_format=rf)
+        assert c == Constraint("json_schema", schema=schema, reasoning_end="</think>")
+        off = plan("qwen3", tools=None, tool_choice="auto", engine=engine, token_id=ids, response_format=rf,
+                   thinking=False)
+        assert off == Constraint("json_schema", schema=schema)
+
+
+def test_forced_calls_become_a_json_call_list_where_the_engine_cannot_name_the_call_tokens():
+    ids = {"<tool_call>": 151657, "</tool_call>": 151658, "<think>": 151667, "</think>": 151668}.get
+    tools = [WEATHER, NOW]
+    for engine in ("vllm", "sglang"):
+        c = plan("qwen3", tools=tools, tool_choice="required", engine=engine, token_id=ids, response_format=None,
+                 thinking=False)
+        assert c.kind == "json_schema" and c.calls and c.reasoning_end is None
+        good = [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "get_time", "arguments": {}}]
+        jsonschema.validate(good, c.schema)
+        for bad in ([], [{"name": "nope", "arguments": {}}], [{"name": "get_weather", "arguments": {}}],
+                    [{"name": "get_weather", "arguments": {"city": "Paris"}, "extra": 1}]):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(bad, c.schema)
+        one = plan("qwen3", tools=tools, tool_choice="required", engine=engine, token_id=ids, response_format=None,
+                   thinking=False, parallel=False)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(good, one.schema)
+        jsonschema.validate(good[:1], one.schema)
+        # thinking on: the reasoning first, then the list
+        on = plan("qwen3", tools=tools, tool_choice="required", engine=engine, token_id=ids, response_format=None)
+        assert on.calls and on.reasoning_end == "</think>"
+        # a family without a call grammar at all (gemma4) gets the list on every engine
+        g = plan("gemma4", tools=tools, tool_choice="required", engine=engine, token_id=ids, response_format=None)
+        assert g.calls and g.reasoning_end is None
+    # llama.cpp keeps the family's own syntax, by token id
+    c = plan("qwen3", tools=tools, tool_choice="required", engine="llamacpp", token_id=ids, response_format=None,
+             thinking=False)
+    assert c.kind == "grammar" and "<[151657]>" in c.grammar
+    g = plan("gemma4", tools=tools, tool_choice="required", engine="llamacpp", token_id=ids, response_format=None)
+    assert g.calls
+
+
+def test_tools_with_a_response_format_allow_the_calls_or_the_answer():
+    ids = {"<tool_call>": 151657, "</tool_call>": 151658, "<think>": 151667, "</think>": 151668}.get
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    for engine in ("vllm", "sglang"):
+        c = plan("qwen3", tools=[NOW], tool_choice="auto", engine=engine, token_id=ids, response_format=rf)
+        assert c.calls and c.reasoning_end == "</think>"
+        jsonschema.validate([{"name": "get_time", "arguments": {}}], c.schema)
+        jsonschema.validate({"a": 1}, c.schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"b": 1}, c.schema)
+    c = plan("qwen3", tools=[NOW], tool_choice="auto", engine="llamacpp", token_id=ids, response_format=rf)
+    think, end, open_, close = (token_char(i) for i in (151667, 151668, 151657, 151658))
+    assert accepts(c.grammar, f'{think}hm{end}\n{open_}\n{{"name": "get_time", "arguments": {{}}}}\n{close}')
+    assert accepts(c.grammar, f'{think}hm{end}\n{{"a": 2}}')
+    assert not accepts(c.grammar, f'{think}hm{end}\n{{"b": 2}}')
 
 
 def test_response_format_constraints():
@@ -375,21 +451,26 @@ def test_a_tool_without_declared_properties_takes_any_keyword_arguments():
     assert not accepts(g, "[anything(1)]")
 
 
-def test_the_server_answers_400_for_a_call_it_cannot_force(tmp_path):
+def test_the_server_answers_400_for_a_constraint_it_cannot_express(tmp_path):
     from starlette.testclient import TestClient
 
     from chatsieve.server.app import ServerConfig, create_app
 
     tok = models.tokenizer("qwen3")
-    cfg = ServerConfig(model_dir=tmp_path, format="qwen3", backend_url="http://127.0.0.1:9", backend_kind="vllm",
-                       served_model_name="m", warm_up=False)  # fmt: skip
+    # llama.cpp cannot stop at a token id, so thinking on needs the reasoning in the grammar: a
+    # family without a call grammar (GLM 4.7, thinking by default) cannot be forced there
+    cfg = ServerConfig(model_dir=tmp_path, format="glm47", backend_url="http://127.0.0.1:9", backend_kind="llamacpp",
+                       served_model_name="m", warm_up=False, check_engine_model=False)  # fmt: skip
     with TestClient(create_app(cfg, tokenizer=tok), base_url="http://127.0.0.1") as http:
         body = {"messages": [{"role": "user", "content": "hi"}], "tools": [NOW], "tool_choice": "required"}
         r = http.post("/v1/chat/completions", json=body)
         assert r.status_code == 400
         err = r.json()["error"]
         assert err["param"] == "tool_choice" and err["code"] == "unsupported_constraint"
-        assert "a vllm grammar cannot name" in err["message"]
-        body = {"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}
-        r = http.post("/v1/chat/completions", json=body)  # qwen3 thinks by default
+        assert "with thinking on" in err["message"] and "enable_thinking" in err["message"]
+        # a schema keyword the grammar cannot enforce, with the reasoning in front of it
+        rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a"}}}
+        body = {"messages": [{"role": "user", "content": "hi"}], "response_format": rf}
+        r = http.post("/v1/chat/completions", json=body)
         assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
+        assert "pattern" in r.json()["error"]["message"]

@@ -18,7 +18,7 @@ from chatsieve.prompt import (
     GEMMA4_EMPTY_THOUGHT,
     Prompt,
     PromptError,
-    _wants_argument_objects,
+    _call_shape,
     render_main,
     render_prompt,
     render_text,
@@ -143,6 +143,14 @@ def mutable_transformers_sandbox(monkeypatch):
 
 
 def _reference(hf, conv, tpl, *, tokenize, **kw):
+    if any(m.get("content", "") is None for m in conv):
+        # transformers drops null fields, so a template that renders a call only under null
+        # content (DeepSeek V3) never shows it there: render with transformers' own Jinja setup.
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+
+        values = {**{k: v for k, v in _tokens_of_hf(hf).items()}, **kw}
+        text = _compile_jinja_template(tpl).render(messages=conv, tools=TOOLS, add_generation_prompt=True, **values)
+        return hf(text, add_special_tokens=False)["input_ids"] if tokenize else text
     try:
         out = hf.apply_chat_template(
             conv, tools=TOOLS, chat_template=tpl, tokenize=tokenize, add_generation_prompt=True, **kw
@@ -150,6 +158,10 @@ def _reference(hf, conv, tpl, *, tokenize, **kw):
     except Exception as e:  # transformers refuses: we must refuse too
         return e
     return out["input_ids"] if tokenize else out
+
+
+def _tokens_of_hf(hf) -> dict[str, str]:
+    return {name: getattr(hf, name) for name in _CONFIG_TOKENS if isinstance(getattr(hf, name, None), str)}
 
 
 @pytest.mark.parametrize("rel", sorted(TEMPLATES))
@@ -165,7 +177,11 @@ def test_matches_transformers(rel, request):
         extra = {} if family else TEXT_ONLY_TOKENS
         # What chatsieve documents: transformers' rendering of the normalised conversation (text
         # parts joined, null content as "", arguments as objects for templates that need them).
-        normal = normalize_messages(conv, arguments_as_objects=_wants_argument_objects(tpl))
+        # A call message without text gets null content where the template renders calls only then.
+        shape = _call_shape(tpl)
+        normal = normalize_messages(conv, arguments_as_objects=shape.objects)
+        if shape.null_content:
+            normal = [{**m, "content": None} if m.get("tool_calls") and m["content"] == "" else m for m in normal]
         ref_text = _reference(hf, normal, tpl, tokenize=False, **extra)
         if isinstance(ref_text, Exception):
             with pytest.raises(PromptError):

@@ -415,7 +415,10 @@ def test_registered_format_delimiters(family, format_name):
     text = " ".join(ds)
     conv = conversation(family, system=text, user=text, tool=text)
     rel, fam_kw, _, _ = FAMILIES[family]
-    args = {"tokenizer": tok, "template": template(rel), "tools": TOOLS, "format": format_name,
+    # DeepSeek V3's template renders no tools and the family documents no tool prompt: with a
+    # format, tools there are refused (test_prompt_roundtrip), so this conversation goes without
+    tools = None if format_name == "deepseek_v3" else TOOLS
+    args = {"tokenizer": tok, "template": template(rel), "tools": tools, "format": format_name,
             "keep_empty_thinking": True}
     iso, plain = render_prompt(conv, **args), render_prompt(conv, isolate_markers=False, **args)
     assert check_structure(tok, iso, plain, ids) >= 3 * len(ids)
@@ -481,7 +484,7 @@ TEMPLATE_OF = {"qwen3": "qwen3/chat_template.jinja", "gemma4": "gemma4/chat_temp
     ("qwen3", "qwen3", "<|fim_prefix|>"),
     ("qwen3", "qwen3", "<|file_sep|>"),
     ("qwen3", "qwen3", "<tool_response>"),
-    ("gemma4", "gemma4", "<unused7>"),
+    ("gemma4", "gemma4", "<|video|>"),  # control in the real vocabulary (its <unusedN> are ordinary)
     ("gemma4", "gemma4", "<|image|>"),
     ("deepseek", "deepseek_r1", "<｜fim▁hole｜>"),
     ("llama3", "llama3_json", "<|reserved_special_token_3|>"),

@@ -24,7 +24,7 @@ import models
 import openai
 import pytest
 import real_engine
-from fake_engines import ServerThread
+from fake_engines import ServerThread, serve_process
 
 import chatsieve
 from chatsieve.server.app import ServerConfig, create_app
@@ -363,3 +363,26 @@ def test_the_server_refuses_a_tokenizer_that_does_not_match_the_engines_model(en
     start(models.model_path("gemma3"), "gemma3", models.tokenizer("gemma3"))  # found via /props: agrees
     with pytest.raises(ModelMismatch, match="refusing to serve.*vocabulary size differs"):
         start(models.model_path("qwen3"), "qwen3", models.tokenizer("qwen3"))
+
+
+# ---------------------------------------------------------------- the GGUF as the tokenizer
+
+
+@pytest.mark.parametrize("how", ["--gguf", "/props"])
+def test_serve_with_the_engines_gguf_as_the_tokenizer(engine, served, tok, tmp_path, how):
+    """`chatsieve serve` with no tokenizer directory: the vocabulary of the GGUF llama-server
+    runs (given with --gguf, or named by its /props). This GGUF carries no chat template, so
+    Gemma 3's is given; the prompt is the one the tokenizer.json server sends (its token
+    count: llama-server's prompt cache may change a greedy answer between requests)."""
+    template = tmp_path / "gemma3.jinja"
+    template.write_text(tok.chat_template, encoding="utf-8")
+    args = ["--format", "gemma3", "--backend", engine.url, "--backend-kind", "llamacpp",
+            "--chat-template", str(template), "--served-model-name", MODEL, "--log-level", "warning"]  # fmt: skip
+    if how == "--gguf":
+        args += ["--gguf", str(real_engine.gguf_path())]
+    ask = {"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24}
+    want = chat(served, stream=False, **ask)
+    with serve_process(*args, timeout=120) as (_, _, url):
+        got = chat(url, stream=False, **ask)
+    assert got["content"] and got["finish"] in ("stop", "length")
+    assert got["usage"][0] == want["usage"][0] and got["usage"][1] > 0

@@ -15,6 +15,7 @@ from chatsieve.events import (
     ToolCallStart,
 )
 from chatsieve.protocols.openai_chat import (
+    OPENAI_CHAT,
     ChunkStream,
     CompletionCollector,
     RequestError,
@@ -112,7 +113,7 @@ def test_bad_fields_name_the_param(patch, param):
         parse_chat_request({"model": "m", "messages": MSGS, **patch})
     e = info.value
     assert e.status == 400 and e.param.startswith(param)
-    body = e.to_dict()["error"]
+    body = OPENAI_CHAT.error_body(e)["error"]
     assert set(body) == {"message", "type", "param", "code"} and body["type"] == "invalid_request_error"
 
 

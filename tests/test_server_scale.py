@@ -32,7 +32,8 @@ from chatsieve.events import (  # noqa: E402
     ToolCallEnd,
     ToolCallStart,
 )
-from chatsieve.protocols.openai_chat import ChunkStream, parse_chat_request, sse_all  # noqa: E402
+from chatsieve.protocols.common import Outcome, RequestLimits, ResponseInfo  # noqa: E402
+from chatsieve.protocols.openai_chat import OPENAI_CHAT, ChunkStream, sse_all  # noqa: E402
 from chatsieve.server import build_parser, uvicorn_options  # noqa: E402
 from chatsieve.server.app import _stream  # noqa: E402
 from chatsieve.server.backends import BackendError  # noqa: E402
@@ -43,15 +44,14 @@ MODEL = "test-model"
 
 
 class FakeGeneration:
-    """What `_stream` needs of a Generation: event lists, then finish_reason and usage."""
+    """What `_stream` needs of a Generation: event lists, then its outcome."""
 
     def __init__(self, batches, *, between=None, fail: Exception | None = None) -> None:
         self.batches = batches
         self.between = between  # awaited after each batch is handed over
         self.fail = fail
         self.request_id = "chatcmpl-test"
-        self.finish_reason = "stop"
-        self.usage = {"prompt_tokens": 1, "completion_tokens": len(batches), "total_tokens": 1 + len(batches)}
+        self.outcome = Outcome("stop", prompt_tokens=1, completion_tokens=len(batches))
 
     async def events(self):
         for batch in self.batches:
@@ -76,9 +76,14 @@ def deltas(chunk: dict) -> dict:
     return chunk["choices"][0]["delta"] if chunk.get("choices") else {}
 
 
+def encoder():
+    """The chat-completions encoder of a streamed request, as the server makes it."""
+    req = OPENAI_CHAT.parse({"messages": [{"role": "user", "content": "hi"}], "stream": True}, RequestLimits())
+    return OPENAI_CHAT.encoder(req, ResponseInfo(model=MODEL, token_bytes=lambda i: b""))
+
+
 def stream(gen, write) -> None:
-    req = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "stream": True})
-    anyio.run(_stream, gen, req, MODEL, lambda i: b"", write)
+    anyio.run(_stream, gen, encoder(), None, write)
 
 
 def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once():
@@ -103,8 +108,7 @@ def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once():
     async def main():
         nonlocal produced_all
         produced_all = anyio.Event()
-        req = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "stream": True})
-        await _stream(Gen(batches, between=lambda: anyio.sleep(0)), req, MODEL, lambda i: b"", write)
+        await _stream(Gen(batches, between=lambda: anyio.sleep(0)), encoder(), None, write)
 
     anyio.run(main)
     got = chunks_of(writes)
@@ -137,9 +141,8 @@ def test_a_client_that_keeps_up_gets_every_delta_as_it_comes():
     async def main():
         nonlocal written
         written = anyio.Event()
-        req = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "stream": True})
         gen = FakeGeneration([[ContentDelta(t)] for t in texts], between=wait_written)
-        await _stream(gen, req, MODEL, lambda i: b"", write)
+        await _stream(gen, encoder(), None, write)
 
     anyio.run(main)
     got = chunks_of(writes)

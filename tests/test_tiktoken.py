@@ -6,12 +6,11 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import random
 import unicodedata
-from pathlib import Path
 
 import pytest
 import tiktoken
+from corpus import varied_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from models import model_path
@@ -198,23 +197,7 @@ def test_hunyuan_tags_are_plain_text():
     assert hy.chat_template is not None and "<|extra_0|>" in hy.chat_template
 
 
-def _sample() -> list[str]:
-    """Varied text: this repository's fixtures and docs (chat markup, code, CJK, emoji)
-    and seeded random strings over scripts, marks, digits and whitespace."""
-    root = Path(__file__).resolve().parent.parent
-    texts = [p.read_text(encoding="utf-8") for p in sorted((root / "tests" / "fixtures").rglob("*.yaml"))]
-    texts.append((root / "README.md").read_text(encoding="utf-8"))
-    rng = random.Random(12)
-    alphabet = (
-        "abcXYZ 0123456789\n\t\r  éüßñ中文字符日本語のテキスト한국어😀👍🏽🏳️‍🌈'\"<>|{}[]()_-=+.,;:!?"
-        "\u0301\u200b\u00a0ΑβγДжШ١٢٣ёЁ'S'LL"
-    )
-    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 80))) for _ in range(400)]
-    texts += ["".join(chr(rng.randint(32, 0xD7FF)) for _ in range(rng.randint(1, 40))) for _ in range(200)]
-    return texts
-
-
-SAMPLE = _sample()
+SAMPLE = varied_sample()
 
 
 @pytest.mark.parametrize("name", TIKTOKEN)

@@ -299,7 +299,7 @@ def test_wrong_type():
 
 
 def test_gemma4_vocab_test_vectors():
-    """The derived Gemma 4 tokenizer, wrapped, reproduces llama.cpp's Gemma 4 vectors."""
+    """The Gemma 4 test tokenizer, wrapped, reproduces llama.cpp's Gemma 4 vectors."""
     tok = tok_for("gemma4")
     inputs = model_path("gemma4/vocab_test.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
     outputs = model_path("gemma4/vocab_test.out").read_text(encoding="utf-8").rstrip("\n").split("\n")

@@ -100,6 +100,10 @@ class SectionCodec(RegionCodec):
             return n
         return n
 
+    def plain(self, text: str) -> str | None:
+        # inside a JSON string `feed` scans and passes the text on, changing nothing else
+        return self._sc.plain(text) if self._st == JSON else None
+
     def marker(self, marker: str) -> bool:
         st = self._st
         if st == JSON and self._sc.in_string:

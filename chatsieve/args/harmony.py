@@ -43,6 +43,9 @@ class HarmonyArgsCodec(RegionCodec):
             self._junk.append(text[used:])
         return len(text)
 
+    def plain(self, text: str) -> str | None:
+        return self._sc.plain(text) if self._error is None else None
+
     def marker(self, marker: str) -> bool:
         if self._error is None and self._sc.in_string and marker not in self.ctx.gated:
             self.feed(marker)  # a delimiter spelled inside a JSON string is just text

@@ -22,7 +22,7 @@ APERTUS = FormatSpec(
     reasoning_doc="`<|inner_prefix|>…<|inner_suffix|>` (the model opens it)",
     calls_doc='`<|tools_prefix|>[{"NAME": {args}}, …]<|tools_suffix|>`',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/Apertus-8B-Instruct.jinja",
 )
 
 SPECS = (APERTUS,)

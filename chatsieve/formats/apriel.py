@@ -24,7 +24,7 @@ APRIEL = FormatSpec(
     reasoning_doc="from the start (`Here are my reasoning steps:`) to `[BEGIN FINAL RESPONSE]`; plain-text markers",
     calls_doc='`<tool_calls>[{"name", "arguments"}, …]</tool_calls>`',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/Apriel-1.6-15b-Thinker-fixed.jinja",
 )
 
 SPECS = (APRIEL,)

@@ -53,7 +53,7 @@ COHERE_COMMAND = FormatSpec(
     reasoning_doc="`<|START_THINKING|>…<|END_THINKING|>` (the model opens it)",
     calls_doc='`<|START_ACTION|>[{"tool_call_id", "tool_name", "parameters"}, …]<|END_ACTION|>`',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
 )
 
 SPECS = (COHERE_COMMAND,)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..args.deepseek import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP, DeepSeekCallCodec
-from ..spec import FormatSpec
+from ..spec import FormatSpec, ToolPrompt
 
 DEEPSEEK_R1 = FormatSpec(
     name="deepseek_r1",
@@ -59,6 +59,25 @@ DEEPSEEK_V3 = dataclasses.replace(
     calls_doc="as `deepseek_r1`",
 )
 
+# The DeepSeek-V3.1 model card ("ToolCall", huggingface.co/deepseek-ai/DeepSeek-V3.1, README and
+# assets/chat_template.jinja's companion): its template renders no tool definitions; the tool
+# description goes after the system prompt in this exact form.
+DEEPSEEK_V31_TOOL_PROMPT = ToolPrompt(
+    system=(
+        "## Tools\nYou have access to the following tools:\n"
+        "{% for tool in tools %}{% set f = tool.function %}{{ '\\n' }}### {{ f.name }}\nDescription: "
+        "{{ f.description | default('') }}\n\nParameters: {{ (f.parameters | default({})) | tojson }}\n"
+        "{% endfor %}{{ '\\n' }}IMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
+        "<｜tool▁call▁end｜>{{ '{{' }}additional_tool_calls{{ '}}' }}<｜tool▁calls▁end｜>\n\nWhere:\n\n"
+        "- `tool_call_name` must be an exact match to one of the available tools\n"
+        "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+        "- For multiple tool calls, chain them directly without separators or spaces"
+    ),
+    source="https://huggingface.co/deepseek-ai/DeepSeek-V3.1 (model card, \"ToolCall\": the tool "
+    "description after the system prompt)",
+)
+
 DEEPSEEK_V31 = dataclasses.replace(
     DEEPSEEK_R1,
     name="deepseek_v31",
@@ -68,6 +87,7 @@ DEEPSEEK_V31 = dataclasses.replace(
     template="deepseek/chat_template.v3.1.jinja",
     reasoning_doc="`<think>…</think>`, off unless asked",
     calls_doc="`<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>` in a `<｜tool▁calls▁begin｜>` section",
+    tool_prompt=DEEPSEEK_V31_TOOL_PROMPT,
 )
 
 SPECS = (DEEPSEEK_R1, DEEPSEEK_V3, DEEPSEEK_V31)

@@ -51,7 +51,7 @@ DEEPSEEK_V4 = dataclasses.replace(
     aliases=("deepseek-v4",),
     call_open=(f"<{DSML}tool_calls>",),
     call_close=(f"</{DSML}tool_calls>",),
-    template=None,  # V4 tokenizer_config.json in shared/models carries no chat template
+    template="llama.cpp/models/templates/deepseek-ai-DeepSeek-V4.jinja",
     calls_doc="as `deepseek_v32`, in `<｜DSML｜tool_calls>` blocks",
     tokenizer_doc="deepseek/v4",
 )

@@ -44,7 +44,7 @@ FUNCTIONARY_V31 = FormatSpec(
     reasoning_doc="none",
     calls_doc="`<function=NAME>{json}</function>` (plain text, at the reply's start)",
     tokenizer_doc="llama3",  # its Llama 3.1 base; tags are plain text, turn ends gated
-    template=None,
+    template="llama.cpp/models/templates/meetkai-functionary-medium-v3.1.jinja",
 )
 
 FUNCTIONARY_V32 = FormatSpec(
@@ -65,7 +65,7 @@ FUNCTIONARY_V32 = FormatSpec(
     reasoning_doc="none",
     calls_doc="`>>>NAME\\n{json}`; `>>>all\\n` starts visible text",
     tokenizer_doc="llama3",  # its Llama 3.1 base; tags are plain text, turn ends gated
-    template=None,
+    template="llama.cpp/models/templates/meetkai-functionary-medium-v3.2.jinja",
 )
 
 SPECS = (FUNCTIONARY_V31, FUNCTIONARY_V32)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..args.base import CallContext
 from ..args.pythonic import AFTER_CALL, NAME, PythonicCallCodec
-from ..spec import FormatSpec
+from ..spec import FormatSpec, ToolPrompt
 
 FENCE_OPEN = "```tool_code"
 FENCE_CLOSE = "```"
@@ -93,6 +93,23 @@ class ToolCodeCodec(PythonicCallCodec):
         return super().idle
 
 
+# Google's function-calling guide for Gemma 3 (ai.google.dev/gemma/docs/capabilities/function-calling):
+# the model has no tool role or tokens; the functions and the call format are described in the
+# prompt (its Python-style variant), the model answers with a call list, and the application
+# passes the result back in the next user turn (as a ```tool_output block).
+GEMMA3_TOOL_PROMPT = ToolPrompt(
+    system=(
+        "You have access to functions. If you decide to invoke any of the function(s), you MUST put it "
+        "in the format of\n[func_name1(params_name1=params_value1, params_name2=params_value2...), "
+        "func_name2(params)]\n\nYou SHOULD NOT include any other text in the response if you call a "
+        "function\n{{ tools | map(attribute='function') | list | tojson(indent=2) }}"
+    ),
+    result="{% for r in results %}```tool_output\n{{ r.content }}\n```{% if not loop.last %}{{ '\\n' }}{% endif %}{% endfor %}",
+    calls="pythonic",
+    source="https://ai.google.dev/gemma/docs/capabilities/function-calling (Gemma 3: prompt and Python-style "
+    "call format; results returned in a user turn)",
+)
+
 GEMMA3 = FormatSpec(
     name="gemma3",
     description="Google Gemma 3 (function calling as Python-style call lists)",
@@ -109,6 +126,7 @@ GEMMA3 = FormatSpec(
     tokenizer_doc="gemma3",
     template="gemma3/tokenizer_config.json.xz",
     call_syntax="pythonic",
+    tool_prompt=GEMMA3_TOOL_PROMPT,
 )
 
 SPECS = (GEMMA3,)

@@ -19,7 +19,7 @@ GIGACHAT3 = FormatSpec(
     reasoning_doc="none",
     calls_doc='`<|message_sep|>function call<|role_sep|>\\n{"name", "arguments"}` or `<|function_call|>{…}`',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/GigaChat3-10B-A1.8B.jinja",
 )
 
 SPECS = (GIGACHAT3,)

@@ -98,6 +98,26 @@ class HarmonyEngine(Engine):
         else:
             self._marker(seg)
 
+    def take_plain(self, text: str, start: int) -> str | None:
+        """Fast lane (see `Engine.take_plain`): text inside a reasoning or content body
+        whose field has begun and holds no whitespace, or inside an argument string."""
+        if self._mode != BODY or not text:
+            return None
+        kind = self._kind
+        if kind == CALLBODY:
+            json_text = self._region.plain(text)
+            if json_text is None:
+                return None
+            self._raw.append(text)
+            self._args(json_text)
+            return "region"
+        if kind == DROP:
+            return None
+        sink = self._sink
+        if not sink.started or sink._held or text[-1] in _WS:
+            return None
+        return kind
+
     def _text(self, text: str, start: int) -> None:
         mode = self._mode
         if mode == BODY:

@@ -27,7 +27,7 @@ GRANITE = FormatSpec(
     "`<think>…</think><response>…</response>` (when asked)",
     calls_doc='`<|tool_call|>[{"name", "arguments"}, …]` (no closing marker)',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/ibm-granite-granite-3.3-2B-Instruct.jinja",
 )
 
 GRANITE4 = dataclasses.replace(
@@ -40,7 +40,7 @@ GRANITE4 = dataclasses.replace(
     reasoning_doc="`<think>…</think>` when asked",
     calls_doc='`<tool_call>{"name", "arguments"}</tool_call>`',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/ibm-granite-granite-4.0.jinja",
 )
 
 # granite-20b-functioncalling: each call is `<function_call> {"name", "arguments"}`; the

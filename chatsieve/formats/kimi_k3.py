@@ -82,7 +82,7 @@ KIMI_K3 = FormatSpec(
     reasoning_doc="`<|open|>think<|sep|>…<|close|>think<|sep|>`, opened by the prompt",
     calls_doc='`<|open|>tools<|sep|><|open|>call tool="F" index="1"<|sep|><|open|>argument key="K" type="T"<|sep|>V<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>`',
     tokenizer_doc="",  # the K2 tokenizer lacks K3's XTML tokens: text mode
-    template=None,
+    template="llama.cpp/models/templates/Kimi-K3.jinja",
 )
 
 SPECS = (KIMI_K3,)

@@ -22,7 +22,7 @@ LFM2 = FormatSpec(
     reasoning_doc="`<think>…</think>` when the model writes it",
     calls_doc="`<|tool_call_start|>[f(a=1), g()]<|tool_call_end|>` (or a JSON list)",
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/LFM2.5-8B-A1B.jinja",
 )
 
 SPECS = (LFM2,)

@@ -123,7 +123,7 @@ MINICPM5 = FormatSpec(
     reasoning_doc="`<think>…</think>` when the model writes it",
     calls_doc='`<function name="F"><param name="K">V</param></function>` (V may be `<![CDATA[…]]>`)',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/openbmb-MiniCPM5-1B.jinja",
 )
 
 SPECS = (MINICPM5,)

@@ -33,7 +33,7 @@ MINIMAX_M2 = FormatSpec(
     call_close=("</minimax:tool_call>",),
     codec=xml_kv_codec("MiniMaxM2CallCodec", MINIMAX_M2_SYNTAX),
     end=_END,
-    template=None,  # not in shared/models (llama.cpp models/templates/MiniMax-M2.jinja)
+    template="llama.cpp/models/templates/MiniMax-M2.jinja",
     reasoning_doc="always on: no start tag, `</think>` ends it",
     calls_doc='`<minimax:tool_call><invoke name="F"><parameter name="K">V</parameter></invoke>'
     '</minimax:tool_call>`',

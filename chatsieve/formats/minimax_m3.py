@@ -25,7 +25,7 @@ MINIMAX_M3 = FormatSpec(
     reasoning_doc="`<mm:think>…</mm:think>`; opened by the prompt when thinking_mode=enabled",
     calls_doc='`]<]minimax[>[<tool_call>` + `]<]minimax[>[<invoke name="F">` with `]<]minimax[>[<KEY>V]<]minimax[>[</KEY>` elements',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/MiniMax-M3.jinja",
 )
 
 SPECS = (MINIMAX_M3,)

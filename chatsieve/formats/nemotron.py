@@ -39,7 +39,7 @@ NEMOTRON = FormatSpec(
     reasoning_doc="`<think>…</think>`, opened by the prompt, on unless `/no_think`",
     calls_doc='`<TOOLCALL>[{"name", "arguments"}, …]</TOOLCALL>`',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/NVIDIA-Nemotron-Nano-v2.jinja",
 )
 
 NEMOTRON3 = dataclasses.replace(
@@ -52,7 +52,7 @@ NEMOTRON3 = dataclasses.replace(
     reasoning_doc="`<think>…</think>`, opened by the prompt, on by default",
     calls_doc="`<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`",
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
 )
 
 SPECS = (NEMOTRON, NEMOTRON3)

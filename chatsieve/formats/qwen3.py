@@ -35,7 +35,7 @@ HERMES = dataclasses.replace(
     description="Hermes / Qwen2.5 (as qwen3, thinking off by default)",
     aliases=("qwen25", "qwen2.5", "qwen2_5"),
     default_thinking=False,
-    template=None,
+    template="llama.cpp/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja",
     reasoning_doc="`<think>…</think>`, off by default",
 )
 

@@ -30,7 +30,7 @@ SEED_OSS = FormatSpec(
     reasoning_doc="`<seed:think>…</seed:think>` (the model opens it; budget notes stay reasoning)",
     calls_doc="`<seed:tool_call><function=NAME><parameter=K>V</parameter></function></seed:tool_call>`",
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/ByteDance-Seed-OSS.jinja",
 )
 
 SPECS = (SEED_OSS,)

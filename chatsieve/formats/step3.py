@@ -113,7 +113,7 @@ STEP3P5 = dataclasses.replace(
     reasoning_doc="`<think>…</think>`, opened by the prompt, on by default",
     calls_doc="`<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`",
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
-    template=None,
+    template="llama.cpp/models/templates/StepFun3.5-Flash.jinja",
 )
 
 SPECS = (STEP3, STEP3P5)

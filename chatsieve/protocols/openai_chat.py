@@ -2,92 +2,59 @@
 
 Sans-I/O like the rest of chatsieve: dicts in, dicts out; the server does the I/O.
 
-Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
-
-- A call is returned only if it names a function the prompt offered; any other call (to a
-  function the request did not define, or made when no tools were offered) is dropped: it never
-  reaches ``content`` (its markup is not text) and is counted in the server log.
-- ``auto`` (the default): the request's tools are rendered into the prompt.
-- ``none``: no tools are rendered, so the model is offered none, and no call is returned.
-- ``required``: tools are rendered, and the engine is given a grammar (chatsieve.grammar) that
-  forces at least one call, in the family's own syntax, whose arguments follow the tool's schema;
-  a family, engine or schema the grammar cannot express is refused with a 400.
-- named (``{"type": "function", "function": {"name": N}}``): only tool ``N`` is rendered, only
-  calls to ``N`` are returned, and the grammar forces exactly one call to ``N``.
-- ``response_format`` ``json_object`` / ``json_schema``: the engine constrains the reply to JSON
-  (to the schema); not with tool_choice ``required`` or named, where the call grammar wins.
-- ``parallel_tool_calls: false``: only the first returned call is kept; later ones are dropped.
+The request becomes the shared `ChatRequest` (chatsieve.protocols.common, which states the
+tool-choice policy); events become ``chat.completion.chunk`` SSE bytes or one ``chat.completion``.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from chatsieve._json import dumps
 from chatsieve.events import (
     ContentDelta,
-    Dropped,
     Event,
     Message,
     MessageBuilder,
     ReasoningDelta,
     TokenLogprob,
-    ToolCallArgsDelta,
-    ToolCallEnd,
     ToolCallStart,
 )
 from chatsieve.messages import MessageError, normalize_messages
+from chatsieve.protocols.common import (
+    ChatRequest,
+    Fields,
+    Outcome,
+    ParsedRequest,
+    RequestError,
+    RequestLimits,
+    ResponseInfo,
+    ToolCallFilter,
+    ToolChoice,
+    check_json_depth,
+    finish_reason,
+    json_depth_message,
+    max_tokens_ceiling,
+    response_format,
+    runs,
+    stop_strings,
+    tool_name,
+)
+
+__all__ = [  # the shared names too, for the callers that import them from here
+    "ChatRequest", "RequestError", "RequestLimits", "ToolCallFilter", "ToolChoice", "check_json_depth",
+    "finish_reason", "json_depth_message", "OPENAI_CHAT", "ChunkStream", "CompletionCollector",
+    "chat_completion", "error_body", "parse_chat_request", "sse", "sse_all", "usage",
+]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_TOP_LOGPROBS = 20
-MAX_TOKENS_CEILING = 2**31 - 1  # no engine takes more; anything above is a client's mistake
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    """What a request may ask for (the server's --max-stop-strings, ... options).
-
-    OpenAI allows 4 stop strings; the default here is larger but bounded, since every stop
-    string is matched against the whole output. `max_model_len` (the model's context), when
-    known, bounds `max_tokens`.
-    """
-
-    max_stop_strings: int = 16
-    max_stop_length: int = 256  # characters
-    max_json_depth: int = 64  # nesting of objects and arrays in the request body
-    max_model_len: int | None = None
-
-
-# ---------------------------------------------------------------- errors
-
-
-class RequestError(ValueError):
-    """A request the server refuses, with the HTTP status and OpenAI's error fields."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        status: int = 400,
-        type: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.code = code
-        self.status = status
-        self.type = type
-
-    def to_dict(self) -> dict:
-        return error_body(self.message, type=self.type, param=self.param, code=self.code)
+SEED_RANGE = (-(2**63), 2**63 - 1)  # a 64-bit signed integer, as vLLM and SGLang take it
+MAX_TOKEN_ID = 2**31 - 1  # logit_bias keys and top_k: the server bounds them by its vocabulary too
 
 
 def error_body(
@@ -100,85 +67,13 @@ def error_body(
 # ---------------------------------------------------------------- requests
 
 
-@dataclass(frozen=True, slots=True)
-class ToolChoice:
-    mode: str  # "auto" | "none" | "required" | "function"
-    name: str | None = None
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    """A validated ``POST /v1/chat/completions`` body (unknown fields dropped)."""
-
-    messages: list[dict]
-    model: str | None = None
-    tools: list[dict] | None = None
-    tool_choice: ToolChoice = ToolChoice("auto")
-    parallel_tool_calls: bool = True
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    logprobs: bool = False
-    top_logprobs: int = 0
-    stream: bool = False
-    include_usage: bool = False
-    chat_template_kwargs: dict = field(default_factory=dict)
-    reasoning_effort: str | None = None
-    # passed to the engine (server/backends.py SAMPLING_FIELDS); enforced structure (grammar.py)
-    top_k: int | None = None  # 0 or -1: no top-k cut
-    min_p: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    logit_bias: tuple[tuple[int, float], ...] = ()
-    response_format: dict | None = None
-
-    @property
-    def prompt_tools(self) -> list[dict] | None:
-        """The tools rendered into the prompt and given to the parser (see the module docstring)."""
-        if not self.tools or self.tool_choice.mode == "none":
-            return None
-        if self.tool_choice.mode == "function":
-            return [t for t in self.tools if _tool_name(t) == self.tool_choice.name]
-        return self.tools
-
-    @property
-    def thinking(self) -> bool | None:
-        """``enable_thinking`` (or ``thinking``) from chat_template_kwargs; ``reasoning_effort: none``
-        means off; otherwise None, the format's default."""
-        for key in ("enable_thinking", "thinking"):
-            value = self.chat_template_kwargs.get(key)
-            if isinstance(value, bool):
-                return value
-        if self.reasoning_effort == "none":
-            return False
-        return None
-
-    @property
-    def template_kwargs(self) -> dict:
-        """Extra variables for the chat template."""
-        kwargs = dict(self.chat_template_kwargs)
-        if self.reasoning_effort is not None:
-            kwargs.setdefault("reasoning_effort", self.reasoning_effort)
-            if self.reasoning_effort == "none":
-                kwargs.setdefault("enable_thinking", False)
-        return kwargs
-
-    def tool_call_filter(self) -> ToolCallFilter:
-        """Calls may name only the functions the prompt offered (see the module docstring)."""
-        allowed = frozenset(n for n in map(_tool_name, self.prompt_tools or ()) if n)
-        return ToolCallFilter(allowed=allowed, max_calls=None if self.parallel_tool_calls else 1)
-
-
 def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRequest:
     """Validate a decoded JSON body; raise RequestError (HTTP 400) naming the bad field."""
     limits = limits or RequestLimits()
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     check_json_depth(body, limits.max_json_depth)
-    get = _Fields(body)
+    get = Fields(body)
 
     n = get.integer("n", minimum=1)
     if n is not None and n != 1:
@@ -203,28 +98,12 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         tools = tools or None
     tool_choice = _tool_choice(get.value("tool_choice"), tools)
 
-    ceiling = min(MAX_TOKENS_CEILING, limits.max_model_len or MAX_TOKENS_CEILING)
+    ceiling = max_tokens_ceiling(limits)
     max_tokens = get.integer("max_completion_tokens", minimum=1, maximum=ceiling)
     if max_tokens is None:
         max_tokens = get.integer("max_tokens", minimum=1, maximum=ceiling)
 
-    stop = get.value("stop")
-    if stop is None:
-        stops: tuple[str, ...] = ()
-    elif isinstance(stop, str):
-        stops = (stop,) if stop else ()
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        stops = tuple(s for s in stop if s)
-    else:
-        raise RequestError("'stop' must be a string or an array of strings", param="stop")
-    if len(stops) > limits.max_stop_strings:
-        raise RequestError(
-            f"'stop' may hold at most {limits.max_stop_strings} strings, got {len(stops)}", param="stop"
-        )
-    if any(len(s) > limits.max_stop_length for s in stops):
-        raise RequestError(
-            f"each stop string may be at most {limits.max_stop_length} characters long", param="stop"
-        )
+    stops = stop_strings(get.value("stop"), limits, "stop")
 
     logprobs = get.boolean("logprobs") or False
     top_logprobs = get.integer("top_logprobs", minimum=0, maximum=MAX_TOP_LOGPROBS)
@@ -253,8 +132,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         raise RequestError("'model' must be a string", param="model")
 
     parallel = get.boolean("parallel_tool_calls")
-    response_format = _response_format(get.value("response_format"))
-    top_k = get.integer("top_k", minimum=-1)
+    top_k = get.integer("top_k", minimum=-1, maximum=MAX_TOKEN_ID)
     return ChatRequest(
         messages=messages,
         model=model,
@@ -264,7 +142,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         max_tokens=max_tokens,
         temperature=get.number("temperature", minimum=0.0, maximum=2.0),
         top_p=get.number("top_p", minimum=0.0, maximum=1.0),
-        seed=get.integer("seed"),
+        seed=get.integer("seed", minimum=SEED_RANGE[0], maximum=SEED_RANGE[1]),
         stop=stops,
         logprobs=logprobs,
         top_logprobs=top_logprobs or 0,
@@ -278,25 +156,10 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         frequency_penalty=get.number("frequency_penalty", minimum=-2.0, maximum=2.0),
         repetition_penalty=get.number("repetition_penalty", minimum=0.01, maximum=10.0),
         logit_bias=_logit_bias(get.value("logit_bias")),
-        response_format=response_format,
+        response_format=response_format(get.value("response_format")),
     )
 
 
-def check_json_depth(value: Any, limit: int) -> None:
-    """RequestError when objects and arrays nest deeper than `limit` (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
-        if children is None:
-            continue
-        if depth > limit:
-            raise RequestError(json_depth_message(limit), code="too_deeply_nested")
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-
-
-def json_depth_message(limit: int) -> str:
-    return f"the request body nests objects and arrays deeper than {limit} levels"
 def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
     """OpenAI's ``{"token id": bias}`` (bias in [-100, 100]) as sorted (id, bias) pairs."""
     if value is None:
@@ -305,82 +168,16 @@ def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
         raise RequestError("'logit_bias' must be an object mapping token ids to biases", param="logit_bias")
     pairs = []
     for key, bias in value.items():
-        if not (isinstance(key, str) and key.isdigit()):
-            raise RequestError(f"'logit_bias' keys must be token ids, got {key!r}", param="logit_bias")
+        # ASCII digits only: "²" and "①" pass str.isdigit() but are no number int() reads
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) <= MAX_TOKEN_ID):
+            raise RequestError(
+                f"'logit_bias' keys must be token ids (decimal integers), got {key[:40]!r}", param="logit_bias"
+            )
         if not isinstance(bias, int | float) or isinstance(bias, bool) or not -100 <= bias <= 100:
             raise RequestError(f"'logit_bias' values must be numbers in [-100, 100], got {bias!r}", param="logit_bias")
         pairs.append((int(key), float(bias)))
     return tuple(sorted(pairs))
 
-
-def _response_format(value: Any) -> dict | None:
-    if value is None:
-        return None
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind not in ("text", "json_object", "json_schema"):
-        raise RequestError(
-            "'response_format' must be {'type': 'text' | 'json_object' | 'json_schema', ...}",
-            param="response_format",
-        )
-    if kind == "json_schema":
-        wrapper = value.get("json_schema")
-        if not isinstance(wrapper, dict) or not isinstance(wrapper.get("schema", {}), dict):
-            raise RequestError(
-                "'response_format.json_schema' must be an object with a 'schema' object",
-                param="response_format.json_schema",
-            )
-    return None if kind == "text" else value
-
-
-class _Fields:
-    """Typed reads of optional top-level fields; null counts as absent, as in OpenAI's API."""
-
-    def __init__(self, body: dict) -> None:
-        self.body = body
-
-    def value(self, name: str) -> Any:
-        return self.body.get(name)
-
-    def integer(self, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
-        v = self.body.get(name)
-        if v is None:
-            return None
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise RequestError(f"'{name}' must be an integer", param=name)
-        _check_range(name, v, minimum, maximum)
-        return v
-
-    def number(
-        self, name: str, *, minimum: float | None = None, maximum: float | None = None
-    ) -> float | None:
-        v = self.body.get(name)
-        if v is None:
-            return None
-        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
-            raise RequestError(f"'{name}' must be a number", param=name)
-        _check_range(name, v, minimum, maximum)
-        return float(v)
-
-    def boolean(self, name: str) -> bool | None:
-        v = self.body.get(name)
-        if v is not None and not isinstance(v, bool):
-            raise RequestError(f"'{name}' must be a boolean", param=name)
-        return v
-
-    def string(self, name: str) -> str | None:
-        v = self.body.get(name)
-        if v is not None and not isinstance(v, str):
-            raise RequestError(f"'{name}' must be a string", param=name)
-        return v
-
-
-def _check_range(name: str, v: float, minimum: float | None, maximum: float | None) -> None:
-    if minimum is not None and v < minimum:
-        raise RequestError(f"'{name}' must be >= {minimum}, got {v}", param=name)
-    if maximum is not None and v > maximum:
-        raise RequestError(f"'{name}' must be <= {maximum}, got {v}", param=name)
 
 
 def _check_message(m: Any, i: int) -> None:
@@ -393,12 +190,6 @@ def _check_message(m: Any, i: int) -> None:
         raise RequestError(
             f"{param}.role must be one of {', '.join(sorted(ROLES))}, got {role!r}", param=f"{param}.role"
         )
-
-
-def _tool_name(tool: dict) -> str | None:
-    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
-    name = fn.get("name")
-    return name if isinstance(name, str) else None
 
 
 def _check_tool(t: Any, i: int) -> None:
@@ -427,7 +218,7 @@ def _tool_choice(value: Any, tools: list[dict] | None) -> ToolChoice:
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str):
             raise RequestError("tool_choice.function.name must be a string", param="tool_choice")
-        if name not in {_tool_name(t) for t in tools or ()}:
+        if name not in {tool_name(t) for t in tools or ()}:
             raise RequestError(
                 f"tool_choice names function {name!r}, which is not in 'tools'", param="tool_choice"
             )
@@ -436,81 +227,6 @@ def _tool_choice(value: Any, tools: list[dict] | None) -> ToolChoice:
         "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}",
         param="tool_choice",
     )
-
-
-# ---------------------------------------------------------------- tool-call policy
-
-
-class ToolCallFilter:
-    """Applies tool_choice / parallel_tool_calls to parser events.
-
-    Calls that are not allowed disappear with all their events and are reported as Dropped;
-    kept calls are renumbered 0, 1, ... so the client sees contiguous indexes.
-    """
-
-    def __init__(self, *, allowed: frozenset[str] | None = None, max_calls: int | None = None) -> None:
-        self.allowed = allowed
-        self.max_calls = max_calls
-        self._map: dict[int, int | None] = {}  # parser index -> output index, None = dropped
-        self._dropped_args: dict[int, list[str]] = {}
-        self.kept = 0
-        self.dropped: list[Dropped] = []
-
-    def apply(self, events: Iterable[Event]) -> list[Event]:
-        out: list[Event] = []
-        for e in events:
-            if isinstance(e, ToolCallStart):
-                why = self._refusal(e.name)
-                if why is None:
-                    self._map[e.index] = self.kept
-                    out.append(ToolCallStart(self.kept, e.id, e.name))
-                    self.kept += 1
-                else:
-                    self._map[e.index] = None
-                    self._dropped_args[e.index] = [why, e.name]
-            elif isinstance(e, ToolCallArgsDelta | ToolCallEnd):
-                j = self._map.get(e.index)
-                if j is not None:
-                    out.append(
-                        ToolCallArgsDelta(j, e.json_text)
-                        if isinstance(e, ToolCallArgsDelta)
-                        else ToolCallEnd(j, e.incomplete)
-                    )
-                elif e.index in self._dropped_args:
-                    if isinstance(e, ToolCallArgsDelta):
-                        self._dropped_args[e.index].append(e.json_text)
-                    else:
-                        self._drop(e.index)
-            else:
-                out.append(e)
-        return out
-
-    def finish(self) -> None:
-        """Report dropped calls that never saw their end event."""
-        for index in list(self._dropped_args):
-            self._drop(index)
-
-    def _drop(self, index: int) -> None:
-        why, name, *args = self._dropped_args.pop(index)
-        self.dropped.append(Dropped(f"{name}({''.join(args)})", why))
-
-    def _refusal(self, name: str) -> str | None:
-        if self.allowed is not None and name not in self.allowed:
-            if not self.allowed:
-                return "no tools were offered (no tools, or tool_choice 'none')"
-            return "the function was not offered (not in tools, or not the tool_choice function)"
-        if self.max_calls is not None and self.kept >= self.max_calls:
-            return "parallel_tool_calls is false; only the first call is kept"
-        return None
-
-
-def finish_reason(parser_reason: str | None, calls: int) -> str:
-    """The OpenAI finish_reason: tool_calls when calls were returned, else length or stop."""
-    if calls:
-        return "tool_calls"
-    if parser_reason == "length":
-        return "length"
-    return "stop"
 
 
 # ---------------------------------------------------------------- responses
@@ -590,7 +306,7 @@ class ChunkStream:
 
     def events(self, events: Iterable[Event]) -> list[dict]:
         chunks: list[dict] = []
-        for kind, value, lps in _runs(events):
+        for kind, value, lps in runs(events):
             if kind == "content":
                 logprobs = {"content": self._entries(lps), "refusal": None} if self.logprobs else None
                 chunks.append(self._chunk({"content": value}, logprobs=logprobs))
@@ -617,7 +333,7 @@ class ChunkStream:
             return sse_all(self.events(events))
         head, tail = self._frame
         out: list[bytes] = []
-        for kind, value, _ in _runs(events):
+        for kind, value, _ in runs(events):
             if kind == "content":
                 out += (head, b'{"content":', dumps(value), b"}", tail)
             elif kind == "reasoning":
@@ -679,46 +395,6 @@ def _call_start(e: ToolCallStart) -> dict:
     return {"index": e.index, "id": e.id, "type": "function", "function": {"name": e.name, "arguments": ""}}
 
 
-def _runs(events: Iterable[Event]) -> Iterable[tuple[Any, Any, list[TokenLogprob]]]:
-    """Adjacent deltas of one kind joined: ("content" | "reasoning", text, logprobs),
-    (call index, arguments text, []), or ("start", ToolCallStart, []). Empty text is skipped;
-    ToolCallEnd and Dropped have no wire form."""
-    kind: Any = None
-    texts: list[str] = []
-    lps: list[TokenLogprob] = []
-    for e in events:
-        t = type(e)
-        if t is ContentDelta or t is ReasoningDelta:
-            k: Any = "content" if t is ContentDelta else "reasoning"
-            text = e.text
-        elif t is ToolCallArgsDelta:
-            k = e.index
-            text = e.json_text
-        elif t is ToolCallStart:
-            if kind is not None:
-                joined = "".join(texts)
-                if joined:
-                    yield kind, joined, lps
-                kind, texts, lps = None, [], []
-            yield "start", e, []
-            continue
-        else:
-            continue
-        if k != kind:
-            if kind is not None:
-                joined = "".join(texts)
-                if joined:
-                    yield kind, joined, lps
-            kind, texts, lps = k, [], []
-        texts.append(text)
-        if t is not ToolCallArgsDelta and e.logprobs:
-            lps.extend(e.logprobs)
-    if kind is not None:
-        joined = "".join(texts)
-        if joined:
-            yield kind, joined, lps
-
-
 def chat_completion(
     message: Message,
     *,
@@ -768,10 +444,12 @@ class CompletionCollector:
     """Folds filtered events into what ``chat_completion`` needs, keeping reasoning and content
     logprobs apart (Message.logprobs interleaves them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, request: ChatRequest | None = None, info: ResponseInfo | None = None) -> None:
         self.builder = MessageBuilder()
         self.content_logprobs: list[TokenLogprob] = []
         self.reasoning_logprobs: list[TokenLogprob] = []
+        self.request = request
+        self.info = info
 
     def apply(self, events: Iterable[Event]) -> None:
         for e in events:
@@ -784,6 +462,73 @@ class CompletionCollector:
     @property
     def message(self) -> Message:
         return self.builder.message
+
+    def body(self, outcome: Outcome) -> dict:
+        """The ``chat.completion`` (the collector was made with the request and its info)."""
+        req, info = self.request or ChatRequest(messages=[]), self.info or ResponseInfo(model="")
+        return chat_completion(
+            self.message,
+            model=info.model,
+            finish_reason=outcome.finish_reason,
+            usage=usage(outcome.prompt_tokens, outcome.completion_tokens),
+            logprobs=req.logprobs,
+            top_logprobs=req.top_logprobs,
+            content_logprobs=self.content_logprobs,
+            reasoning_logprobs=self.reasoning_logprobs,
+            token_bytes=info.token_bytes,
+        )
+
+
+class ChatEncoder:
+    """`ChunkStream` as the server's `StreamEncoder`: the role chunk first, ``[DONE]`` last."""
+
+    def __init__(self, chunks: ChunkStream) -> None:
+        self.chunks = chunks
+        self.encode = chunks.encode
+
+    def start(self) -> bytes:
+        return sse(self.chunks.first())
+
+    def finish(self, outcome: Outcome) -> bytes:
+        end = self.chunks.finish(outcome.finish_reason, usage(outcome.prompt_tokens, outcome.completion_tokens))
+        return sse_all(end) + sse("[DONE]")
+
+    def error(self, e: RequestError) -> bytes:
+        return sse(OPENAI_CHAT.error_body(e)) + sse("[DONE]")
+
+    def ping(self) -> bytes | None:
+        return None
+
+
+class OpenAIChat:
+    """``POST /v1/chat/completions`` as a `chatsieve.protocols.common.ClientProtocol`."""
+
+    name = "openai_chat"
+    ping_interval: float | None = None  # chat completions has no keep-alive event
+
+    def parse(self, body: Any, limits: RequestLimits) -> ParsedRequest:
+        return ParsedRequest(parse_chat_request(body, limits))
+
+    def encoder(self, request: ParsedRequest, info: ResponseInfo) -> ChatEncoder:
+        req = request.chat
+        return ChatEncoder(
+            ChunkStream(
+                model=info.model,
+                logprobs=req.logprobs,
+                top_logprobs=req.top_logprobs,
+                include_usage=req.include_usage,
+                token_bytes=info.token_bytes,
+            )
+        )
+
+    def collector(self, request: ParsedRequest, info: ResponseInfo) -> CompletionCollector:
+        return CompletionCollector(request.chat, info)
+
+    def error_body(self, e: RequestError) -> dict:
+        return error_body(e.message, type=e.type, param=e.param, code=e.code)
+
+
+OPENAI_CHAT = OpenAIChat()
 
 
 def sse(data: Mapping | str) -> bytes:

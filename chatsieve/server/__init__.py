@@ -1,4 +1,4 @@
-"""`chatsieve serve`: an OpenAI-compatible chat server in front of an engine that speaks token ids.
+"""`chatsieve serve`: an OpenAI- and Anthropic-compatible chat server in front of an engine that speaks token ids.
 
 `serve_main(argv)` is the CLI entry; `create_app(ServerConfig(...))` gives the ASGI app.
 """
@@ -22,10 +22,15 @@ CONFIG_ENV = "CHATSIEVE_SERVE_CONFIG"  # how --workers processes get the configu
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="chatsieve serve",
-        description="Serve OpenAI chat completions (reasoning_content, content, tool_calls) in front of "
-        "a vLLM, SGLang or llama.cpp server, parsing the model's token ids with chatsieve.",
+        description="Serve OpenAI chat completions (reasoning_content, content, tool_calls) and Anthropic "
+        "Messages in front of a vLLM, SGLang or llama.cpp server, parsing the model's token ids with chatsieve.",
     )
-    p.add_argument("--model-dir", required=True, help="directory with the tokenizer and chat template")
+    p.add_argument(
+        "--model-dir",
+        default=None,
+        help="directory with the tokenizer and chat template (not needed with --gguf: the GGUF's own "
+        "vocabulary and chat template are used)",
+    )
     p.add_argument("--format", required=True, help="chatsieve format name (e.g. qwen3, gemma4)")
     p.add_argument(
         "--backend",
@@ -35,11 +40,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="engine base URL, e.g. http://127.0.0.1:8001; give it again for more replicas of the same "
         "model (each request goes to the least-loaded healthy one)",
     )
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="PATH",
+        help="chat template file to render prompts with instead of the model directory's (vLLM's option; "
+        "e.g. one that renders tools where the model's own template ignores them); checked at start-up",
+    )
     p.add_argument("--backend-kind", choices=KINDS, default="vllm", help="engine protocol (default: vllm)")
     p.add_argument("--backend-model", default=None, help="model name to send to the engine, if it needs one")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", default=None, help="model id clients use (default: the dir name)")
+    p.add_argument(
+        "--model-alias",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another model name that resolves to the served model (repeat for several), e.g. the "
+        "names an agent asks for",
+    )
     p.add_argument(
         "--backend-timeout",
         type=float,
@@ -62,8 +82,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--gguf",
         default=None,
         metavar="PATH",
-        help="the engine's GGUF model file: refuse to start unless its vocabulary matches the tokenizer "
-        "(a local llama-server's model is found through its /props without this)",
+        help="the engine's GGUF model file: alone, chatsieve takes the tokenizer and chat template from "
+        "it; with --model-dir, refuse to start unless its vocabulary matches that tokenizer (a local "
+        "llama-server's model is found through its /props without this)",
+    )
+    store = p.add_argument_group("Responses API store (previous_response_id, GET /v1/responses/{id})")
+    store.add_argument(
+        "--response-store",
+        default=None,
+        metavar="PATH",
+        help="SQLite file for stored responses (default: ~/.cache/chatsieve/responses.sqlite3, under "
+        "$XDG_CACHE_HOME when set); ':memory:' keeps them in this process only",
+    )
+    store.add_argument(
+        "--response-store-max", type=int, default=10_000, help="stored responses kept; the oldest go first (10000)"
+    )
+    store.add_argument(
+        "--response-store-max-age",
+        type=float,
+        default=30 * 24 * 3600.0,
+        metavar="SECONDS",
+        help="how long a stored response is kept (30 days)",
     )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
@@ -129,6 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         "idle timeout of clients and load balancers in front, so they never reuse a closed one",
     )
     limits.add_argument(
+        "--max-concurrent-prompts",
+        type=int,
+        default=8,
+        help="prompts prepared at once (rendered, isolated, tokenized, grammar built) (8); a request "
+        "that finds none free within 5 s is a 503",
+    )
+    limits.add_argument(
         "--max-header-bytes", type=int, default=16 * 1024, help="largest request head, in bytes (16 KiB)"
     )
     return p
@@ -161,13 +207,15 @@ def uvicorn_options(args: argparse.Namespace) -> dict:
         "limit_concurrency": args.limit_concurrency,
         "timeout_keep_alive": args.timeout_keep_alive,
         "h11_max_incomplete_event_size": args.max_header_bytes,
+        "access_log": False,  # SecurityMiddleware writes the access log, without query-string values
         "backlog": 4096,
     }
 
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None):  # -> ServerConfig
-    from chatsieve.protocols.openai_chat import RequestLimits
+    from chatsieve.protocols.common import RequestLimits
     from chatsieve.server.app import ServerConfig
+    from chatsieve.server.response_store import default_store_path
     from chatsieve.server.security import SecurityPolicy, default_allowed_hosts
 
     hosts = _split(args.allowed_hosts) if args.allowed_hosts is not None else default_allowed_hosts(args.host)
@@ -181,17 +229,41 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
             body_timeout=args.timeout_body,
         ),
         cors_origins=_split(args.cors_origins),
-        model_dir=Path(args.model_dir),
+        # --gguf alone: the GGUF is the tokenizer (load_tokenizer reads its metadata), and
+        # a local llama-server's /props still tells whether the engine runs that model
+        model_dir=Path(args.model_dir) if args.model_dir else Path(args.gguf),
         format=args.format,
         backend_url=args.backend[0],
         extra_backend_urls=tuple(args.backend[1:]),
         backend_kind=args.backend_kind,
         served_model_name=args.served_model_name,
+        model_aliases=tuple(args.model_alias),
         backend_model=args.backend_model,
         timeout=args.backend_timeout,
         max_connections=args.max_connections,
-        gguf=Path(args.gguf) if args.gguf else None,
+        max_concurrent_prompts=args.max_concurrent_prompts,
+        gguf=Path(args.gguf) if args.gguf and args.model_dir else None,
+        response_store=args.response_store or str(default_store_path()),
+        response_store_max=args.response_store_max,
+        response_store_max_age=args.response_store_max_age,
+        chat_template=Path(args.chat_template) if args.chat_template else None,
     )
+
+
+def _engine_gguf(args: argparse.Namespace) -> Path | None:
+    """The GGUF a local llama-server runs (its /props `model_path`), if it answers and the
+    file is readable here."""
+    import asyncio
+
+    import httpx
+
+    from chatsieve.server.model_check import engine_model_path
+
+    async def ask() -> Path | None:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
+            return await engine_model_path(client, args.backend[0])
+
+    return asyncio.run(ask())
 
 
 def serve_main(argv: Sequence[str] | None = None) -> int:
@@ -202,16 +274,32 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         print(f"chatsieve serve: error: {msg}", file=sys.stderr)
         return 2
 
-    if not Path(args.model_dir).is_dir():
-        return fail(f"--model-dir {args.model_dir!r} is not a directory")
     for url in args.backend:
         if not url.startswith(("http://", "https://")):
             return fail(f"--backend must be an http(s) URL, got {url!r}")
+    if args.model_dir is None and args.gguf is None:
+        found = _engine_gguf(args) if args.backend_kind == "llamacpp" else None
+        if found is None:
+            return fail(
+                "give --model-dir (a directory with the tokenizer and chat template) or --gguf (the "
+                "engine's GGUF file, whose vocabulary and chat template are used); a local "
+                "llama-server's model is used by itself when its /props names a file readable here"
+            )
+        args.gguf = str(found)
+    if args.model_dir is not None and not Path(args.model_dir).is_dir():
+        return fail(f"--model-dir {args.model_dir!r} is not a directory")
+    if args.gguf is not None and not Path(args.gguf).is_file():
+        return fail(f"--gguf {args.gguf!r} is not a file")
     if args.workers < 1:
         return fail(f"--workers must be at least 1, got {args.workers}")
     if args.max_connections < 1:
         return fail(f"--max-connections must be at least 1, got {args.max_connections}")
-    from chatsieve.server.security import is_loopback
+    from chatsieve.server.security import is_loopback, key_problem
+
+    for key in api_keys(args):
+        problem = key_problem(key)
+        if problem:
+            return fail(f"--api-key / CHATSIEVE_API_KEY: {problem}")
 
     if not is_loopback(args.host) and not api_keys(args) and not args.allow_unauthenticated:
         return fail(
@@ -219,9 +307,11 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             "--api-key (or CHATSIEVE_API_KEY), or --allow-unauthenticated if a proxy in front checks access"
         )
     for name in ("max_request_bytes", "max_stop_strings", "max_stop_length", "limit_concurrency",
-                 "max_header_bytes"):
+                 "max_header_bytes", "max_concurrent_prompts"):
         if getattr(args, name) < 1:
             return fail(f"--{name.replace('_', '-')} must be at least 1")
+    if args.response_store_max < 1 or args.response_store_max_age <= 0:
+        return fail("--response-store-max must be at least 1 and --response-store-max-age above 0")
     if args.max_model_len is not None and args.max_model_len < 2:
         return fail("--max-model-len must be at least 2")
     try:
@@ -235,12 +325,30 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         formats.get(args.format)
     except Exception as e:  # unknown format: the registry's message lists the known ones
         return fail(str(e))
+    if args.chat_template:
+        from chatsieve.prompt import PromptError, load_chat_template
+
+        try:
+            load_chat_template(args.chat_template, args.format)
+        except PromptError as e:
+            return fail(f"--chat-template: {e}")
     config = config_from_args(args)
+    from chatsieve.server.response_store import ResponseStore
+
+    try:  # one clear line for a store that cannot be opened, before the tokenizer loads
+        ResponseStore(config.response_store).close()
+    except (ValueError, OSError) as e:
+        return fail(f"--response-store {config.response_store}: {e}")
     try:
         app = create_app(config)
     except Exception as e:
-        return fail(f"cannot load the tokenizer from {args.model_dir}: {e}")
-    if args.gguf:  # checked here too, so a mismatch is one clear line before uvicorn starts
+        return fail(f"cannot load the tokenizer from {config.model_dir}: {e}")
+    if args.model_dir is None and not args.chat_template and not app.state.service.tokenizer.chat_template:
+        return fail(
+            f"the GGUF {args.gguf} carries no chat template (tokenizer.chat_template): give "
+            "--chat-template FILE, or --model-dir with the model's tokenizer and chat template"
+        )
+    if args.gguf and args.model_dir:  # checked here too, so a mismatch is one clear line before uvicorn starts
         from chatsieve.server.model_check import ModelMismatch, check_model
 
         try:

@@ -1,7 +1,9 @@
-"""The ASGI app: OpenAI chat completions in front of an engine that speaks token ids.
+"""The ASGI app: OpenAI chat completions and Anthropic Messages in front of an engine that speaks
+token ids; one route runner drives every protocol (chatsieve.protocols).
 
-request -> render_prompt (isolation on) -> prompt ids -> backend -> generated ids (+ logprobs)
--> gated StreamParser -> tool_choice filter -> OpenAI chunks or one chat.completion.
+request -> protocol.parse -> ChatRequest -> render_prompt (isolation on) -> prompt ids -> backend
+-> generated ids (+ logprobs) -> gated StreamParser -> tool_choice filter -> the protocol's
+encoder (SSE bytes) or collector (one body).
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import inspect
 import json
 import logging
 import os
@@ -34,44 +35,35 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
+from chatsieve.call_list import CallListParser
 from chatsieve.events import Event
-from chatsieve.grammar import GrammarError
+from chatsieve.grammar import GrammarError, GrammarTooLarge
 from chatsieve.grammar import plan as constraint_plan
-from chatsieve.prompt import PromptError, PromptTooLong
-from chatsieve.protocols.openai_chat import (
+from chatsieve.prompt import PromptError, PromptTooLong, TemplateVariableError, load_chat_template
+from chatsieve.protocols.anthropic import ANTHROPIC
+from chatsieve.protocols.common import (
     ChatRequest,
-    ChunkStream,
-    CompletionCollector,
+    ClientProtocol,
+    Collector,
+    Outcome,
+    ParsedRequest,
     RequestError,
     RequestLimits,
+    ResponseInfo,
+    StreamEncoder,
     ToolCallFilter,
-    chat_completion,
-    error_body,
     finish_reason,
     json_depth_message,
-    parse_chat_request,
-    sse,
-    sse_all,
-    usage,
 )
+from chatsieve.protocols.openai_chat import OPENAI_CHAT
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
 from chatsieve.server.client import EngineHTTP
+from chatsieve.server.metrics import Metrics, MetricsMiddleware, observe_refusal
 from chatsieve.server.model_check import check_model, engine_model_path
 from chatsieve.server.pool import ReplicaPool
 from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, SecurityPolicy
 
 log = logging.getLogger("chatsieve.server")
-
-# render_prompt's own parameters: chat_template_kwargs may not override them, except the few
-# that are safe to take from a request (documents for RAG templates, Gemma 4's empty thought).
-REQUEST_RENDER_OPTIONS = frozenset({"documents", "keep_empty_thinking"})
-RENDER_PARAMETERS = (
-    frozenset(
-        p.name for p in inspect.signature(render_prompt).parameters.values() if p.kind is not p.VAR_KEYWORD
-    )
-    - REQUEST_RENDER_OPTIONS
-)
-
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -91,6 +83,14 @@ class ServerConfig:
     gguf: Path | None = None  # the engine's model file, checked against the tokenizer at start-up
     check_engine_model: bool = True  # llamacpp: also check the GGUF the engine reports in /props
     extra_backend_urls: tuple[str, ...] = ()  # more replicas of the engine at backend_url
+    model_aliases: tuple[str, ...] = ()  # more model names clients may ask for (--model-alias)
+    # the Responses API's stored responses (server/response_store.py); the CLI's default is a file
+    response_store: str = ":memory:"
+    response_store_max: int = 10_000  # responses kept, the oldest evicted first
+    response_store_max_age: float = 30 * 24 * 3600.0  # seconds a stored response is kept
+    max_concurrent_prompts: int = 8  # prompts prepared at once (render, isolate, tokenize, grammar)
+    prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
+    chat_template: Path | None = None  # --chat-template: replaces the model directory's template
 
     @property
     def model_name(self) -> str:
@@ -105,6 +105,7 @@ class ServerConfig:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["model_dir"] = str(self.model_dir)
         d["gguf"] = None if self.gguf is None else str(self.gguf)
+        d["chat_template"] = None if self.chat_template is None else str(self.chat_template)
         d["limits"] = dataclasses.asdict(self.limits)
         d["security"] = {**dataclasses.asdict(self.security), "open_paths": sorted(self.security.open_paths)}
         return json.dumps(d)
@@ -118,7 +119,9 @@ class ServerConfig:
                 **d,
                 "model_dir": Path(d["model_dir"]),
                 "gguf": None if d.get("gguf") is None else Path(d["gguf"]),
+                "chat_template": None if d.get("chat_template") is None else Path(d["chat_template"]),
                 "extra_backend_urls": tuple(d.get("extra_backend_urls", ())),
+                "model_aliases": tuple(d.get("model_aliases", ())),
                 "cors_origins": tuple(d.get("cors_origins", ())),
                 "limits": RequestLimits(**d["limits"]),
                 "security": SecurityPolicy(
@@ -154,6 +157,30 @@ def model_context_length(model_dir: Path, tokenizer: Any) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
+# A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
+# the renderings, encodings and copies it used are many times the request's size.
+TRIM_AFTER_TOKENS = 50_000
+
+
+@functools.cache
+def _libc() -> Any:
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+def _trim_heap() -> None:
+    """glibc's malloc_trim: free heap pages back to the system (a no-op elsewhere)."""
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
 class ChatService:
     """Everything one request needs: tokenizer, format, backend; owns the pooled HTTP client."""
 
@@ -173,10 +200,17 @@ class ChatService:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
         self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
         self.vocab_size = self.tokenizer.hf.get_vocab_size(with_added_tokens=True)
+        # --chat-template: read and checked once here (a bad file fails the start, not a request)
+        self.chat_template = None if config.chat_template is None else load_chat_template(
+            config.chat_template, config.format)
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
+        self._preparing: anyio.Semaphore | None = None
+        self.metrics = Metrics()
+
 
     async def start(self) -> None:
+        self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
         self.client = EngineHTTP(
             max_connections=self.config.max_connections, read_timeout=self.config.timeout
         )
@@ -233,38 +267,104 @@ class ChatService:
         content = f"warm-up {delimiters[0]}" if delimiters else "warm-up"
         try:
             render_prompt(
-                [{"role": "user", "content": content}], tokenizer=self.tokenizer, format=self.config.format
+                [{"role": "user", "content": content}], tokenizer=self.tokenizer, format=self.config.format,
+                template=self.chat_template,
             )
         except Exception as e:  # the request path reports the real error, with its reason
             log.warning("prompt warm-up failed: %s", e)
 
     def _token_text(self, token_id: int) -> str:
+        """A token's text for logprobs; an id outside the vocabulary is the engine's fault (502)."""
+        if not 0 <= token_id < self.vocab_size:
+            raise BackendError(
+                f"the engine sent token id {token_id} (with logprobs), outside the tokenizer's vocabulary "
+                f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
+            )
         return self.tokenizer.decode([token_id])
+
+    def check_model(self, name: str | None) -> None:
+        """RequestError (404) unless `name` is absent, the served model or one of its aliases."""
+        if name is not None and name != self.model and name not in self.config.model_aliases:
+            also = f" (or {', '.join(map(repr, self.config.model_aliases))})" if self.config.model_aliases else ""
+            raise RequestError(
+                f"the model {name!r} does not exist; this server serves {self.model!r}{also}",
+                param="model",
+                code="model_not_found",
+                status=404,
+            )
 
     # ------------------------------------------------------------ one request
 
-    async def prepare(self, req: ChatRequest) -> Generation:
-        """Render the prompt and set up parser and backend request; RequestError on bad input."""
-        kwargs = req.template_kwargs
-        bad = sorted(RENDER_PARAMETERS & kwargs.keys())
+    def _check_vocabulary_bounds(self, req: ChatRequest) -> None:
+        """Fields that name token ids or count tokens stay inside this model's vocabulary."""
+        bad = [i for i, _ in req.logit_bias if i >= self.vocab_size]
         if bad:
             raise RequestError(
-                f"chat_template_kwargs may not set {', '.join(bad)}", param="chat_template_kwargs"
+                f"'logit_bias' names token id {bad[0]}, outside this model's vocabulary (0..{self.vocab_size - 1})",
+                param="logit_bias",
+            )
+        if req.top_k is not None and req.top_k > self.vocab_size:
+            raise RequestError(
+                f"'top_k' must be at most the vocabulary size {self.vocab_size}, got {req.top_k}", param="top_k"
+            )
+
+    async def prepare(self, req: ChatRequest) -> Generation:
+        """Render the prompt and set up parser and backend request; RequestError on bad input.
+
+        Every route's request goes through here. The work (rendering, isolation, tokenizing, the
+        grammar) runs in a worker thread, so no request holds up the event loop, and at most
+        `max_concurrent_prompts` are prepared at once: a request that finds no free slot within
+        `prompt_queue_timeout` seconds is a 503 (each preparation holds several copies of its
+        prompt in memory).
+        """
+        assert self._preparing is not None, "ChatService.start() was not awaited"
+        acquired = False
+        with anyio.move_on_after(self.config.prompt_queue_timeout):
+            await self._preparing.acquire()
+            acquired = True
+        if not acquired:
+            observe_refusal(self.metrics, "server_busy")
+            raise RequestError(
+                f"the server is preparing {self.config.max_concurrent_prompts} prompts already: retry shortly",
+                code="server_busy", status=503, type="server_error",
+            )
+        try:
+            try:
+                gen = await run_in_threadpool(self._prepare, req)
+            except RequestError as e:
+                observe_refusal(self.metrics, e.code)
+                raise
+            if gen.prompt_tokens >= TRIM_AFTER_TOKENS:
+                await run_in_threadpool(_trim_heap)  # the copies a long prompt needed go back
+            return gen
+        finally:
+            self._preparing.release()
+
+    def _prepare(self, req: ChatRequest) -> Generation:
+        self._check_vocabulary_bounds(req)
+        variables = dict(req.template_kwargs)
+        # render_prompt options a request may give (RAG documents, Gemma 4's empty thought)
+        documents = variables.pop("documents", None)
+        keep_empty = variables.pop("keep_empty_thinking", False)
+        if not isinstance(keep_empty, bool):
+            raise RequestError(
+                "chat_template_kwargs.keep_empty_thinking must be true or false", param="chat_template_kwargs"
             )
         tools = req.prompt_tools
         context = self.max_model_len
         # room for the answer: max_tokens if given, else at least one token
         limit = None if context is None else context - (req.max_tokens or 1)
         try:
-            prompt = await run_in_threadpool(
-                lambda: render_prompt(
-                    req.messages,
-                    tokenizer=self.tokenizer,
-                    tools=tools,
-                    format=self.config.format,
-                    token_limit=limit,
-                    **kwargs,
-                )
+            prompt = render_prompt(
+                req.messages,
+                tokenizer=self.tokenizer,
+                template=self.chat_template,
+                tools=tools,
+                documents=documents,
+                format=self.config.format,
+                token_limit=limit,
+                keep_empty_thinking=keep_empty,
+                request_variables=variables,
             )
         except PromptTooLong as e:
             asked = f" plus max_tokens {req.max_tokens}" if req.max_tokens else ""
@@ -274,6 +374,10 @@ class ChatService:
                 + (" or lower max_tokens" if req.max_tokens else ""),
                 param="messages",
                 code="context_length_exceeded",
+            ) from None
+        except TemplateVariableError as e:
+            raise RequestError(
+                f"chat_template_kwargs: {e}", param="chat_template_kwargs", code="invalid_template_variable"
             ) from None
         except PromptError as e:
             raise RequestError(
@@ -299,7 +403,8 @@ class ChatService:
             )
         except GrammarError as e:
             param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
-            raise RequestError(str(e), param=param, code="unsupported_constraint") from None
+            code = "grammar_too_large" if isinstance(e, GrammarTooLarge) else "unsupported_constraint"
+            raise RequestError(str(e), param=param, code=code) from None
         parser = StreamParser(
             self.config.format,
             tools=tools,
@@ -308,6 +413,7 @@ class ChatService:
             tokenizer=self.tokenizer,
             stop=list(req.stop) or None,
             stop_token_ids=list(self.stop_token_ids),
+            keep_logprobs=not req.stream,  # a stream sends them on as they come and keeps none
         )
         gen_req = GenerationRequest(
             prompt_token_ids=list(prompt.token_ids),
@@ -325,11 +431,25 @@ class ChatService:
             logit_bias=req.logit_bias,
             constraint=constraint,
         )
+        if constraint is not None and constraint.calls:  # a forced JSON call list: its content is the calls
+            parser = CallListParser(parser, tools)
+        reasoning_end_id = None
+        if constraint is not None and constraint.reasoning_end is not None:
+            reasoning_end_id = self.tokenizer.single_token_id(constraint.reasoning_end)
+            if reasoning_end_id is None:
+                raise RequestError(
+                    f"{constraint.reasoning_end!r} is not one token of this tokenizer, so the reasoning cannot "
+                    "come before the constrained answer: turn thinking off (chat_template_kwargs.enable_thinking: "
+                    "false)", param="response_format", code="unsupported_constraint")
         assert self.backend is not None, "ChatService.start() was not awaited"
         gen = Generation(self.backend, gen_req, parser, req.tool_call_filter(), len(prompt.token_ids))
+        gen.reasoning_end_id = reasoning_end_id
+        if reasoning_end_id is not None and constraint.answer_prefix:
+            gen.answer_prefix_ids = self.tokenizer.encode(constraint.answer_prefix)
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
         gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
         gen.vocab_size = self.vocab_size
+        gen.metrics = self.metrics
         return gen
 
 
@@ -352,15 +472,80 @@ class Generation:
         self.completion_tokens = 0
         self.max_tokens: int | None = None  # cut locally at this many tokens (finish "length")
         self.vocab_size: int | None = None  # ids at or above it are an engine fault
+        self.reasoning_end_id: int | None = None  # two phases: reasoning, then the constrained answer
+        self.answer_prefix_ids: list[int] = []  # written between the two (gpt-oss: the final channel)
+        self._engine_finish: str | None = None
         self.request_id = ""
+        self.metrics: Metrics | None = None
 
     async def events(self) -> AsyncIterator[list[Event]]:
-        """Filtered event lists as the engine produces ids; BackendError if the engine fails."""
-        engine_finish = None
-        stream = self.backend.generate(self.request)
+        """Filtered event lists as the engine produces ids; BackendError if the engine fails.
+        Counted in `metrics` (when set): generations in flight, prompt and completion tokens.
+
+        With `reasoning_end_id` (a constraint the engine cannot combine with reasoning), two
+        engine requests make one answer: unconstrained up to the reasoning's end token, then
+        constrained from the prompt plus that reasoning; usage counts both."""
+        m = self.metrics
+        if m is not None:
+            m.in_flight.inc()
+            m.prompt_tokens.inc(self.prompt_tokens)
+        try:
+            async for events in self._events():
+                yield events
+        finally:
+            if m is not None:
+                m.in_flight.dec()
+                m.completion_tokens.inc(self.completion_tokens)
+
+    async def _events(self) -> AsyncIterator[list[Event]]:
+        produced: list[int] = []
+        first = self.request
+        end_id = self.reasoning_end_id
+        if end_id is not None:
+            first = dataclasses.replace(self.request, constraint=None,
+                                        stop_token_ids=(*self.request.stop_token_ids, end_id))
+        async for events in self._run(first, produced):
+            yield events
+        if end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
+            if not produced or produced[-1] != end_id:  # an engine that trims the stop token it hit
+                produced.append(end_id)
+                events = self.parser.feed(token_ids=[end_id])
+                if events:
+                    yield self.calls.apply(events)
+            if self.answer_prefix_ids:  # what opens the answer, as the model would write it
+                produced.extend(self.answer_prefix_ids)
+                events = self.parser.feed(token_ids=list(self.answer_prefix_ids))
+                if events:
+                    yield self.calls.apply(events)
+            left = None if self.max_tokens is None else self.max_tokens - self.completion_tokens
+            if left is None or left > 0:
+                second = dataclasses.replace(
+                    self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
+                    max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
+                async for events in self._run(second, produced):
+                    yield events
+        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
+        self.calls.finish()
+        yield events
+        if self.calls.dropped:
+            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
+
+    async def _run(self, request: GenerationRequest, produced: list[int]) -> AsyncIterator[list[Event]]:
+        """One engine request fed through the parser; its finish reason in `_engine_finish`."""
+        self._engine_finish = None
+        stream = self.backend.generate(request)
+        m = self.metrics
+        last = started = time.monotonic()
         try:
             async for batch in stream:
                 ids, lps, over = batch.token_ids, batch.logprobs, False
+                if m is not None and ids:
+                    now = time.monotonic()
+                    if not self.completion_tokens:
+                        m.ttft.observe(now - started)
+                    else:
+                        m.inter_token.observe((now - last) / len(ids))
+                    last = now
                 if self.max_tokens is not None and self.completion_tokens + len(ids) > self.max_tokens:
                     keep = max(self.max_tokens - self.completion_tokens, 0)
                     ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
@@ -370,61 +555,102 @@ class Generation:
                         f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
                         f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
                     )
-                self.completion_tokens += len(ids)
+                produced.extend(ids)
                 if ids:
-                    events = self.parser.feed(
-                        token_ids=list(ids), logprobs=list(lps) if lps is not None else None
-                    )
+                    events = self._feed(ids, lps)
                     if events:
                         yield self.calls.apply(events)
                 if batch.finish_reason:
-                    engine_finish = batch.finish_reason
+                    self._engine_finish = batch.finish_reason
                 if over:
-                    engine_finish = "length"  # the engine went past max_tokens: cut here
+                    self._engine_finish = "length"  # the engine went past max_tokens: cut here
                     break
                 if self.parser.stopped and not batch.finish_reason:
                     break  # a local stop: closing the stream cancels the engine request
+        except BackendError:
+            if m is not None:
+                m.engine_errors.inc()
+            raise
         finally:
             await stream.aclose()
-        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else engine_finish))
-        self.calls.finish()
-        yield events
-        if self.calls.dropped:
-            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
+
+    def _feed(self, ids: list[int], lps: list | None) -> list[Event]:
+        """Feed a batch of ids and count them; with stop strings, one by one, so that the tokens
+        the engine sent past the stop (however it batched them) are not counted."""
+        if len(ids) == 1 or not self.parser.stopped and not self.parser.stop_strings:
+            self.completion_tokens += len(ids)
+            return self.parser.feed(token_ids=list(ids), logprobs=list(lps) if lps is not None else None)
+        events: list[Event] = []
+        for k, token in enumerate(ids):
+            if self.parser.stopped:
+                break
+            self.completion_tokens += 1
+            events += self.parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
+        return events
 
     @property
     def finish_reason(self) -> str:
         return finish_reason(self.parser.finish_reason, self.calls.kept)
 
     @property
-    def usage(self) -> dict:
-        return usage(self.prompt_tokens, self.completion_tokens)
+    def outcome(self) -> Outcome:
+        """How the generation ended, once `events()` is exhausted."""
+        return Outcome(
+            finish_reason=self.finish_reason,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            stop_sequence=self.parser.stop_sequence,
+        )
 
 
 # ---------------------------------------------------------------- HTTP layer
 
 
-def error_response(e: RequestError) -> JSONResponse:
-    return JSONResponse(e.to_dict(), status_code=e.status)
+# Each client API's routes and the protocol that speaks it (errors on unknown sub-paths too).
+PROTOCOL_PREFIXES: tuple[tuple[str, ClientProtocol], ...] = (("/v1/messages", ANTHROPIC),)
 
 
-def backend_error_body(e: BackendError, request_id: str = "") -> dict:
-    """What a client learns of an engine failure: that it happened, and the request id under
-    which the log has the details (which may name internal URLs and paths)."""
-    return error_body(
+def protocol_for_path(path: str) -> ClientProtocol:
+    """The protocol whose error shape a response on `path` takes (OpenAI's by default)."""
+    for prefix, protocol in PROTOCOL_PREFIXES:
+        if path == prefix or path.startswith(prefix + "/"):
+            return protocol
+    return OPENAI_CHAT
+
+
+def refusal_body(path: str, status: int, message: str, code: str) -> bytes:
+    """The access checks' refusals (security.py), in the shape of the protocol on `path`."""
+    return json.dumps(protocol_for_path(path).error_body(RequestError(message, code=code, status=status))).encode()
+
+
+def error_response(
+    protocol: ClientProtocol, e: RequestError, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(protocol.error_body(e), status_code=e.status, headers=headers)
+
+
+def internal_error(what: str, request_id: str) -> RequestError:
+    return RequestError(f"internal error {what} (request id {request_id})", status=500, type="server_error")
+
+
+def backend_failure(e: BackendError, request_id: str = "") -> RequestError:
+    """What a client learns of an engine failure: that it happened (502), or that the engine
+    refused the request (400), and the request id under which the log has the details (which
+    may name internal URLs and paths)."""
+    rid = request_id or "unknown"
+    if e.status in (400, 413, 422):
+        return RequestError(
+            f"the inference engine refused this request (HTTP {e.status}); the server log has the "
+            f"reason under request id {rid}",
+            param="messages",
+            code="backend_rejected",
+        )
+    return RequestError(
         f"the inference engine failed on this request; the server log has the details under "
-        f"request id {request_id or 'unknown'}",
+        f"request id {rid}",
+        status=502,
         type="server_error",
         code="backend_error",
-    )
-
-
-def backend_rejected_body(e: BackendError, request_id: str = "") -> dict:
-    return error_body(
-        f"the inference engine refused this request (HTTP {e.status}); the server log has the "
-        f"reason under request id {request_id or 'unknown'}",
-        param="messages",
-        code="backend_rejected",
     )
 
 
@@ -434,11 +660,15 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, body: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        body: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.produce = body
         self.status_code = 200
         self.background = None
-        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def write(data: bytes) -> None:
@@ -492,45 +722,80 @@ async def _until_disconnect(request: Request, work: Callable[[], Awaitable[Respo
 def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     """The app for `config`; `tokenizer` (a chatsieve Tokenizer) skips loading from model_dir."""
     service = ChatService(config, tokenizer)
+    from chatsieve.server.response_store import ResponseStore
+    from chatsieve.server.responses_api import responses_routes
 
-    async def chat_completions(request: Request) -> Response:
+    store = ResponseStore(
+        config.response_store, max_responses=config.response_store_max, max_age=config.response_store_max_age
+    )
+
+    async def prepared(
+        request: Request, protocol: ClientProtocol, parse: Callable[[Any, RequestLimits], ParsedRequest]
+    ) -> tuple[ParsedRequest, Generation] | Response:
+        """The request parsed by `parse`, its model checked and its generation prepared; or the
+        error response, in the protocol's shape."""
         rid = request.scope.get(REQUEST_ID_KEY, "")
         raw = await request.body()
         try:
             body = json.loads(raw)
         except ValueError as e:
-            return error_response(RequestError(f"the request body is not valid JSON: {e}"))
+            return error_response(protocol, RequestError(f"the request body is not valid JSON: {e}"))
         except RecursionError:
             message = json_depth_message(service.limits.max_json_depth)
             log.info("%s refused: %s", rid, message)
-            return error_response(RequestError(message, code="too_deeply_nested"))
+            return error_response(protocol, RequestError(message, code="too_deeply_nested"))
         try:
-            req = parse_chat_request(body, service.limits)
-            if req.model is not None and req.model != service.model:
-                raise RequestError(
-                    f"the model {req.model!r} does not exist; this server serves {service.model!r}",
-                    param="model",
-                    code="model_not_found",
-                    status=404,
-                )
-            gen = await service.prepare(req)
+            parsed = parse(body, service.limits)
+            service.check_model(parsed.chat.model)
+            gen = await service.prepare(parsed.chat)
             gen.request_id = rid
         except RequestError as e:
             if e.code == "too_deeply_nested":
                 log.info("%s refused: %s", rid, e.message)
-            return error_response(e)
+            return error_response(protocol, e)
         except Exception:
             log.exception("%s failed to prepare the request", rid)
-            return JSONResponse(
-                error_body(f"internal error preparing the request (request id {rid})", type="server_error"), 500
-            )
-        if req.stream:
-            return EventStreamResponse(
-                functools.partial(_stream, gen, req, service.model, service.token_bytes)
-            )
-        return await _until_disconnect(
-            request, lambda: _complete(gen, req, service.model, service.token_bytes)
+            return error_response(protocol, internal_error("preparing the request", rid))
+        return parsed, gen
+
+    async def run(
+        request: Request,
+        protocol: ClientProtocol,
+        parse: Callable[[Any, RequestLimits], ParsedRequest] | None = None,
+    ) -> Response:
+        """One generation request of any protocol: streamed or whole, cancelled on disconnect;
+        `parse` replaces `protocol.parse` for a request that needs more than its body."""
+        got = await prepared(request, protocol, parse or protocol.parse)
+        if isinstance(got, Response):
+            return got
+        parsed, gen = got
+        info = ResponseInfo(
+            model=parsed.chat.model or service.model,
+            prompt_tokens=gen.prompt_tokens,
+            token_bytes=service.token_bytes,
         )
+        headers = dict(parsed.headers)
+        if parsed.chat.stream:
+            encoder = protocol.encoder(parsed, info)
+            return EventStreamResponse(
+                functools.partial(_stream, gen, encoder, protocol.ping_interval), headers=headers
+            )
+        collector = protocol.collector(parsed, info)
+        return await _until_disconnect(request, lambda: _complete(gen, protocol, collector, headers))
+
+    async def chat_completions(request: Request) -> Response:
+        return await run(request, OPENAI_CHAT)
+
+    async def messages(request: Request) -> Response:
+        return await run(request, ANTHROPIC)
+
+    async def count_tokens(request: Request) -> Response:
+        """Anthropic's token count: the prompt rendered as for a generation, nothing generated."""
+        got = await prepared(request, ANTHROPIC, ANTHROPIC.parse_count_tokens)
+        if isinstance(got, Response):
+            return got
+        parsed, gen = got
+        return JSONResponse({"input_tokens": gen.prompt_tokens}, headers=dict(parsed.headers))
 
     async def models(request: Request) -> Response:
         return JSONResponse(
@@ -570,12 +835,13 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     async def server_error(request: Request, exc: Exception) -> Response:
         rid = request.scope.get(REQUEST_ID_KEY, "")
         log.error("%s unexpected %s: %s", rid, type(exc).__name__, exc)
-        return JSONResponse(error_body(f"internal error (request id {rid})", type="server_error"), 500)
+        return error_response(protocol_for_path(request.url.path), internal_error("", rid))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-        return JSONResponse(error_body(str(exc.detail), code=code), status_code=exc.status_code)
+        e = RequestError(str(exc.detail), code=code, status=exc.status_code)
+        return error_response(protocol_for_path(request.url.path), e, headers=exc.headers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -584,24 +850,29 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             yield
         finally:
             await service.stop()
+            store.close()
 
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+            Route("/v1/messages", messages, methods=["POST"]),
+            Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+            *responses_routes(service, store, run),
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/models/{model:path}", model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/ready", ready, methods=["GET"]),
         ],
         exception_handlers={HTTPException: http_error, Exception: server_error},
-        middleware=_middleware(config),
+        middleware=_middleware(config, service.metrics),
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.response_store = store
     return app
 
 
-def _middleware(config: ServerConfig) -> list[Middleware]:
+def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
     """CORS (only for the --cors-origins given) outside the access checks: a browser's preflight
     carries no API key."""
     stack = []
@@ -610,12 +881,15 @@ def _middleware(config: ServerConfig) -> list[Middleware]:
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(config.cors_origins),
-                allow_methods=["GET", "POST"],
-                allow_headers=["authorization", "content-type"],
+                allow_methods=["GET", "POST", "DELETE"],
+                allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"],
                 expose_headers=["x-request-id"],
             )
         )
-    stack.append(Middleware(SecurityMiddleware, policy=config.security))
+    stack.append(Middleware(SecurityMiddleware, policy=config.security, error_shape=refusal_body,
+                            on_refusal=lambda code: observe_refusal(metrics, code)))
+    # inside the access checks: /metrics needs the API key like every route but /health
+    stack.append(Middleware(MetricsMiddleware, metrics=metrics))
     return stack
 
 
@@ -627,36 +901,18 @@ def app_from_environ() -> Starlette:
 
 
 async def _complete(
-    gen: Generation, req: ChatRequest, model: str, token_bytes: Callable[[int], bytes]
+    gen: Generation, protocol: ClientProtocol, collector: Collector, headers: dict[str, str]
 ) -> Response:
-    collector = CompletionCollector()
     try:
         async for events in gen.events():
             collector.apply(events)
     except BackendError as e:
         log.warning("%s backend failed: %s", gen.request_id, e)
-        if e.status in (400, 413, 422):
-            return JSONResponse(backend_rejected_body(e, gen.request_id), status_code=400)
-        return JSONResponse(backend_error_body(e, gen.request_id), status_code=502)
+        return error_response(protocol, backend_failure(e, gen.request_id))
     except Exception:
         log.exception("%s generation failed", gen.request_id)
-        return JSONResponse(
-            error_body(f"internal error during generation (request id {gen.request_id})", type="server_error"),
-            500,
-        )
-    return JSONResponse(
-        chat_completion(
-            collector.message,
-            model=model,
-            finish_reason=gen.finish_reason,
-            usage=gen.usage,
-            logprobs=req.logprobs,
-            top_logprobs=req.top_logprobs,
-            content_logprobs=collector.content_logprobs,
-            reasoning_logprobs=collector.reasoning_logprobs,
-            token_bytes=token_bytes,
-        )
-    )
+        return error_response(protocol, internal_error("during generation", gen.request_id))
+    return JSONResponse(collector.body(gen.outcome), headers=headers)
 
 
 class _Pending:
@@ -696,52 +952,51 @@ class _Pending:
         return events, self.end
 
 
-async def _produce(gen: Generation, pending: _Pending) -> None:
+async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder) -> None:
     try:
         async with contextlib.aclosing(gen.events()) as events:
             async for batch in events:
                 pending.put(batch)
     except BackendError as e:
         log.warning("%s backend failed mid-stream: %s", gen.request_id, e)
-        pending.close(sse(backend_error_body(e, gen.request_id)))
+        pending.close(encoder.error(backend_failure(e, gen.request_id)))
     except Exception:
         log.exception("%s generation failed mid-stream", gen.request_id)
-        pending.close(
-            sse(error_body(f"internal error during generation (request id {gen.request_id})", type="server_error"))
-        )
+        pending.close(encoder.error(internal_error("during generation", gen.request_id)))
     else:
         pending.close(b"")
 
 
 async def _stream(
     gen: Generation,
-    req: ChatRequest,
-    model: str,
-    token_bytes: Callable[[int], bytes],
+    encoder: StreamEncoder,
+    ping_interval: float | None,
     write: Callable[[bytes], Awaitable[None]],
 ) -> None:
-    """Write the chunks of `gen` as they come: the engine is read by a task of its own, so a
-    slow client makes the chunks bigger, never the engine wait."""
-    chunks = ChunkStream(
-        model=model,
-        logprobs=req.logprobs,
-        top_logprobs=req.top_logprobs,
-        include_usage=req.include_usage,
-        token_bytes=token_bytes,
-    )
-    await write(sse(chunks.first()))
+    """Write the encoded events of `gen` as they come: the engine is read by a task of its own,
+    so a slow client makes the writes bigger, never the engine wait. While the engine is silent
+    for `ping_interval` seconds, the encoder's keep-alive is sent."""
+    await write(encoder.start())
     pending = _Pending()
     failed: Exception | None = None
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_produce, gen, pending)
+        tg.start_soon(_produce, gen, pending, encoder)
         try:
             while True:
-                events, end = await pending.take()
-                data = chunks.encode(events) if events else b""
+                if ping_interval is None:
+                    events, end = await pending.take()
+                else:
+                    events, end = [], None
+                    with anyio.move_on_after(ping_interval) as waited:
+                        events, end = await pending.take()
+                    if waited.cancelled_caught:
+                        ping = encoder.ping()
+                        if ping:
+                            await write(ping)
+                        continue
+                data = encoder.encode(events) if events else b""
                 if end is not None:
-                    if not end:
-                        end = sse_all(chunks.finish(gen.finish_reason, gen.usage))
-                    await write(data + end + sse("[DONE]"))
+                    await write(data + (end or encoder.finish(gen.outcome)))
                     break
                 if data:
                     await write(data)

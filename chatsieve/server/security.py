@@ -12,8 +12,10 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
+import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("chatsieve.server")
+access_log = logging.getLogger("chatsieve.access")
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 REQUEST_ID_KEY = "chatsieve.request_id"
@@ -44,6 +47,16 @@ def default_allowed_hosts(bind_host: str) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys((*LOOPBACK_HOSTS, bind_host.strip("[]").lower())))
 
 
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot be an API key (None if it can): an empty key would let an empty
+    `Authorization: Bearer` in, and a key with spaces or control characters can never be sent."""
+    if not key:
+        return "an API key may not be empty (an empty key would accept 'Authorization: Bearer' with no token)"
+    if not all("!" <= ch <= "~" for ch in key):
+        return "an API key must be printable ASCII without spaces"
+    return None
+
+
 @dataclass(frozen=True)
 class SecurityPolicy:
     api_keys: tuple[str, ...] = ()
@@ -53,16 +66,50 @@ class SecurityPolicy:
     open_paths: frozenset[str] = frozenset({"/health"})  # no API key needed
 
 
+def log_safe(text: str, limit: int = 300) -> str:
+    """Request-controlled text as it may appear in a log line: control and non-ASCII characters
+    escaped (a decoded %0A cannot start a forged line), cut to `limit` characters."""
+    cut = text[:limit]
+    out = json.dumps(cut)[1:-1].replace("\x7f", "\\u007f")
+    return out + ("..." if len(text) > limit else "")
+
+
+def redacted_query(query: bytes) -> str:
+    """A query string for the log: its parameter names, never their values (keys and tokens are
+    sometimes sent there)."""
+    if not query:
+        return ""
+    from urllib.parse import parse_qsl
+
+    names = [k for k, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)]
+    return "?" + "&".join(f"{log_safe(k, 60)}=..." for k in names[:20]) + ("&..." if len(names) > 20 else "")
+
+
 def error(message: str, code: str, type: str = "invalid_request_error") -> bytes:
     return json.dumps({"error": {"message": message, "type": type, "param": None, "code": code}}).encode()
+
+
+# (path, status, message, code) -> the refusal's body, in the shape of the protocol on that path
+ErrorShape = Callable[[str, int, str, str], bytes]
+
+
+def openai_shape(path: str, status: int, message: str, code: str) -> bytes:
+    return error(message, code)
 
 
 class SecurityMiddleware:
     """Checks each HTTP request against a `SecurityPolicy` before the app sees it."""
 
-    def __init__(self, app: ASGIApp, policy: SecurityPolicy) -> None:
+    def __init__(self, app: ASGIApp, policy: SecurityPolicy, error_shape: ErrorShape = openai_shape,
+                 on_refusal: Callable[[str], None] | None = None) -> None:
         self.app = app
         self.policy = policy
+        self.error_shape = error_shape
+        self.on_refusal = on_refusal  # told each refusal's error code (the metrics)
+        for key in policy.api_keys:
+            problem = key_problem(key)
+            if problem:
+                raise ValueError(problem)
         # Keys are compared as digests: the comparison takes the same time whatever the key's
         # length or the number of matching leading characters.
         self._keys = tuple(hashlib.sha256(k.encode()).digest() for k in policy.api_keys)
@@ -76,34 +123,52 @@ class SecurityMiddleware:
         request_id = f"req-{uuid.uuid4().hex[:20]}"
         scope[REQUEST_ID_KEY] = request_id
         rid = (b"x-request-id", request_id.encode())
+        status = [0]
+        started = time.monotonic()
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
+                status[0] = message["status"]
                 message = {**message, "headers": [*message.get("headers", []), rid]}
             await send(message)
 
+        try:
+            await self._checked(scope, receive, send_with_id, request_id)
+        finally:
+            # the access log: the path escaped, the query string's names only (uvicorn's own
+            # access log, which prints values, is off in `chatsieve serve`)
+            client = (scope.get("client") or ("-", 0))[0]
+            line = f'{log_safe(scope["method"], 20)} {log_safe(scope["path"])}'
+            line += redacted_query(scope.get("query_string", b""))
+            access_log.info('%s %s "%s HTTP/%s" %d %.0fms', request_id, client, line,
+                            log_safe(scope.get("http_version", ""), 8), status[0], (time.monotonic() - started) * 1000)
+
+    async def _checked(self, scope: Scope, receive: Receive, send_with_id: Send, request_id: str) -> None:
         headers = _headers(scope)
         refusal = self._refuse(scope, headers)
         if refusal is not None:
-            status, body, extra = refusal
-            log.info("%s %s %s refused: %d %s", request_id, scope["method"], scope["path"], status,
-                     json.loads(body)["error"]["code"])
-            await _respond(send_with_id, status, body, extra)
+            status, message, code, extra = refusal
+            log.info("%s %s %s refused: %d %s", request_id, log_safe(scope["method"], 20), log_safe(scope["path"]),
+                     status, code)
+            self._refused(code)
+            await _respond(send_with_id, status, self.error_shape(scope["path"], status, message, code), extra)
             return
         if scope["method"] in ("POST", "PUT", "PATCH"):
             try:
                 with anyio.fail_after(self.policy.body_timeout):
                     body = await _read_body(receive, self.policy.max_body_bytes)
             except _TooLarge:
+                self._refused("request_too_large")
                 log.info("%s request body over %d bytes: 413", request_id, self.policy.max_body_bytes)
-                await _respond(send_with_id, 413, error(
-                    f"the request body is larger than {self.policy.max_body_bytes} bytes",
+                await _respond(send_with_id, 413, self.error_shape(
+                    scope["path"], 413, f"the request body is larger than {self.policy.max_body_bytes} bytes",
                     "request_too_large"), [(b"connection", b"close")])
                 return
             except TimeoutError:
+                self._refused("request_timeout")
                 log.info("%s request body not received within %gs: 408", request_id, self.policy.body_timeout)
-                await _respond(send_with_id, 408, error(
-                    f"the request body did not arrive within {self.policy.body_timeout:g} seconds",
+                await _respond(send_with_id, 408, self.error_shape(
+                    scope["path"], 408, f"the request body did not arrive within {self.policy.body_timeout:g} seconds",
                     "request_timeout"), [(b"connection", b"close")])
                 return
             if body is None:
@@ -111,38 +176,47 @@ class SecurityMiddleware:
             receive = _replay(body, receive)
         await self.app(scope, receive, send_with_id)
 
-    def _refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, bytes, list] | None:
+    def _refused(self, code: str) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(code)
+
+    def _refuse(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, str, list] | None:
+        """(status, message, code, extra headers) of a refusal, or None."""
         if self._hosts is not None:
             host = _hostname(headers.get(b"host", b"").decode("latin-1"))
             if host not in self._hosts:
-                return 400, error(
-                    f"the Host {host!r} is not one this server answers to (--allowed-hosts)",
-                    "host_not_allowed"), []
+                return 400, f"the Host {host!r} is not one this server answers to (--allowed-hosts)", \
+                    "host_not_allowed", []
         if self._keys and scope["path"] not in self.policy.open_paths:
-            if not self._key_ok(headers.get(b"authorization", b"")):
-                return 401, error(
-                    "invalid or missing API key: send the header 'Authorization: Bearer <key>'",
-                    "invalid_api_key"), [(b"www-authenticate", b"Bearer")]
+            if not self._key_ok(headers.get(b"authorization"), headers.get(b"x-api-key")):
+                return 401, "invalid or missing API key: send the header 'Authorization: Bearer <key>' " \
+                    "(or 'x-api-key: <key>')", "invalid_api_key", [(b"www-authenticate", b"Bearer")]
         if scope["method"] in ("POST", "PUT", "PATCH"):
             kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if kind != b"application/json":
-                return 415, error(
-                    "the request body must be JSON, sent with 'Content-Type: application/json'",
-                    "unsupported_media_type"), []
+                return 415, "the request body must be JSON, sent with 'Content-Type: application/json'", \
+                    "unsupported_media_type", []
             length = headers.get(b"content-length")
             if length is not None and length.strip().isdigit() and int(length) > self.policy.max_body_bytes:
-                return 413, error(
-                    f"the request body is larger than {self.policy.max_body_bytes} bytes",
-                    "request_too_large"), [(b"connection", b"close")]
+                return 413, f"the request body is larger than {self.policy.max_body_bytes} bytes", \
+                    "request_too_large", [(b"connection", b"close")]
         return None
 
-    def _key_ok(self, header: bytes) -> bool:
-        scheme, _, token = header.decode("latin-1").partition(" ")
-        given = hashlib.sha256(token.strip().encode("latin-1")).digest()
+    def _key_ok(self, authorization: bytes | None, x_api_key: bytes | None) -> bool:
+        """A valid key in `Authorization: Bearer KEY` or in Anthropic's `x-api-key: KEY`."""
+        candidates = []
+        if authorization is not None:
+            scheme, _, token = authorization.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer":
+                candidates.append(token.strip())
+        if x_api_key is not None:
+            candidates.append(x_api_key.decode("latin-1").strip())
         ok = False
-        for key in self._keys:  # no early exit: every key is compared
-            ok |= hmac.compare_digest(given, key)
-        return ok and scheme.lower() == "bearer"
+        for token in candidates:
+            given = hashlib.sha256(token.encode("latin-1")).digest()
+            for key in self._keys:  # no early exit: every key is compared
+                ok |= hmac.compare_digest(given, key)
+        return ok
 
 
 class _TooLarge(Exception):
@@ -157,12 +231,14 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
 
 
 def _hostname(host: str) -> str:
+    """The name in a Host header, lower case, without port or trailing dot; a malformed header
+    (`[::1]evil.example`) gives itself whole, which no allow-list holds."""
     host = host.strip().lower()
+    if not valid_host(host):
+        return host
     if host.startswith("["):  # [::1]:8000
-        return host[1 : host.find("]")] if "]" in host else host
-    if host.count(":") == 1:
-        host = host.split(":", 1)[0]
-    return host.rstrip(".")
+        return host[1 : host.find("]")]
+    return host.partition(":")[0].rstrip(".")
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
@@ -239,12 +315,120 @@ def __getattr__(name: str) -> type:
     return cls
 
 
+# ---------------------------------------------------------------- strict request framing
+
+_REQUEST_LINE = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [^\x00-\x20\x7f]+ HTTP/1\.[01]")
+# percent-escapes that change a path's meaning once decoded: "/", "\\", NUL
+_ENCODED_SEPARATORS = re.compile(rb"%(2f|5c|00)", re.IGNORECASE)
+
+
+def request_head_problem(head: bytes, max_bytes: int) -> str | None:
+    """Why a complete request head (request line and header lines, up to and including the empty
+    line) must be refused, or None. Stricter than h11, which recovers from what a proxy in front
+    may read differently (RFC 9112): line ends other than CRLF, obs-fold continuation lines, any
+    version but HTTP/1.0 and 1.1, Content-Length beside Transfer-Encoding (§6.1, a smuggling
+    precondition), an encoded "/" or "\\" in the path, a Host that is not host[:port]."""
+    if len(head) > max_bytes:
+        return f"request head over {max_bytes} bytes"
+    head = head.lstrip(b"\r\n")  # empty lines before the request line may be ignored (§2.2)
+    if head.count(b"\n") != head.count(b"\r\n") or head.count(b"\r") != head.count(b"\r\n"):
+        return "a line of the request head does not end with CRLF"
+    lines = head.split(b"\r\n")
+    if not _REQUEST_LINE.fullmatch(lines[0]):
+        return "malformed request line, or an HTTP version other than 1.0 and 1.1"
+    path = lines[0].split(b" ")[1].split(b"?", 1)[0]
+    if _ENCODED_SEPARATORS.search(path):
+        return "an encoded '/', '\\' or NUL in the path"
+    names: list[bytes] = []
+    hosts: list[bytes] = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        if line[:1] in (b" ", b"\t"):
+            return "a folded header line (obs-fold)"
+        name, _, value = line.partition(b":")
+        names.append(name.strip().lower())
+        if names[-1] == b"host":
+            hosts.append(value.strip())
+    if b"transfer-encoding" in names and b"content-length" in names:
+        return "both Content-Length and Transfer-Encoding"
+    for host in hosts:
+        if not valid_host(host.decode("latin-1")):
+            return "a Host header that is not host[:port]"
+    return None
+
+
+_REG_NAME = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=%]*")
+
+
+def valid_host(host: str) -> bool:
+    """Whether `host` is a Host header value: a name, an IPv4 address or a bracketed IPv6 address,
+    with an optional port (RFC 9110 §7.2, RFC 3986 §3.2.2)."""
+    name, port = host, ""
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0:
+            return False
+        name, rest = host[1:end], host[end + 1:]
+        if rest and not rest.startswith(":"):
+            return False
+        port = rest[1:]
+        try:
+            ipaddress.IPv6Address(name)
+        except ValueError:
+            return False
+    elif ":" in host:
+        name, _, port = host.partition(":")
+        if not _REG_NAME.fullmatch(name):
+            return False
+    elif not _REG_NAME.fullmatch(name):
+        return False
+    return port == "" or (port.isascii() and port.isdigit())
+
+
+def _strict_connection(max_head: int) -> Any:
+    """An h11 server connection whose reader checks each request head with `request_head_problem`
+    before h11 parses it (every head, pipelined ones included); a refusal is h11's protocol error,
+    which uvicorn answers with a 400 and closes the connection."""
+    import h11
+    from h11._readers import maybe_read_from_IDLE_client
+
+    def read_head(buf: Any) -> Any:
+        raw = bytes(buf)
+        start = len(raw) - len(raw.lstrip(b"\r\n"))
+        ends = [i for i in (raw.find(b"\n\r\n", start), raw.find(b"\n\n", start)) if i >= 0]
+        if ends:
+            end = min(ends)
+            head = raw[: end + (3 if raw[end:end + 3] == b"\n\r\n" else 2)]
+            problem = request_head_problem(head, max_head)
+            if problem is not None:
+                log.info("refused a request: %s (400, connection closed)", problem)
+                raise h11.LocalProtocolError(problem)
+        elif len(raw) > max_head:
+            raise h11.LocalProtocolError(f"request head over {max_head} bytes")
+        return maybe_read_from_IDLE_client(buf)
+
+    class StrictConnection(h11.Connection):
+        def _get_io_object(self, role: Any, event: Any, io_dict: Any) -> Any:
+            reader = super()._get_io_object(role, event, io_dict)
+            if reader is maybe_read_from_IDLE_client:
+                return read_head
+            return reader
+
+    return StrictConnection(h11.SERVER, max_incomplete_event_size=max_head)
+
+
 def _make_guarded_h11(header_timeout: float, max_connections: int) -> type:
     import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.h11_impl import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE, H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
         _header_timer: Any = None
+
+        def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(config, *args, **kwargs)
+            limit = config.h11_max_incomplete_event_size
+            self.conn = _strict_connection(DEFAULT_MAX_INCOMPLETE_EVENT_SIZE if limit is None else limit)
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)

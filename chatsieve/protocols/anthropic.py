@@ -1,0 +1,664 @@
+"""Anthropic Messages protocol (``POST /v1/messages``, ``/v1/messages/count_tokens``): its request
+blocks into the shared `ChatRequest`; parser events into its stream events or one ``message``.
+
+Sans-I/O like the rest of chatsieve. Mapping onto the shared machinery (protocols.common):
+
+- ``system`` (a string or text blocks) and ``system``-role messages become system messages;
+  ``text`` / ``tool_use`` / ``tool_result`` / ``thinking`` blocks become OpenAI-form messages
+  (``tool_use`` -> ``tool_calls``, each ``tool_result`` -> a ``tool`` message, ``thinking`` ->
+  the turn's ``reasoning_content``, rendered where the template takes it); ``redacted_thinking``
+  carries no text and is dropped; ``image``, ``document`` and every other block are a 400.
+- ``tools`` (custom: ``name``, ``description``, ``input_schema``) become functions; tool types
+  hosted by Anthropic are a 400, except its tool search (`LEFT_OUT_TOOL_TYPES`: every tool is
+  rendered anyway), left out of the prompt and named in the ``x-chatsieve-tools-left-out`` header.
+- ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none`` -> ``auto`` / ``required`` / named /
+  ``none``; ``disable_parallel_tool_use`` -> ``parallel_tool_calls: false``.
+- ``thinking`` ``enabled`` / ``disabled`` -> the template's thinking switch on / off (``adaptive``
+  or absent: the family's default); ``budget_tokens`` -> `ChatRequest.reasoning_budget`.
+- Tool-use ids are the family's own call ids written as ``toolu_`` ids (`tool_use_id`), and read
+  back (`native_call_id`), so templates that render ids (Kimi, Mistral) see their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from chatsieve._json import dumps
+from chatsieve.events import Event, ToolCallStart
+from chatsieve.messages import MessageError, normalize_messages
+from chatsieve.protocols.common import (
+    ChatRequest,
+    Fields,
+    Outcome,
+    ParsedRequest,
+    RequestError,
+    RequestLimits,
+    ResponseInfo,
+    ToolChoice,
+    check_json_depth,
+    max_tokens_ceiling,
+    runs,
+    stop_strings,
+)
+
+PING_INTERVAL = 10.0  # seconds of engine silence before a ``ping`` event
+
+# Tool types Anthropic runs itself that can be left out without losing a tool: its tool search
+# (every tool, deferred or not, is rendered into the prompt here). Left out of the prompt and
+# named in the LEFT_OUT_HEADER of the response; every other hosted type is a 400. (Claude Code
+# 2.1.328 sends no hosted tool to a custom ANTHROPIC_BASE_URL, with or without --tools.)
+LEFT_OUT_TOOL_TYPES = ("tool_search_tool_",)
+LEFT_OUT_HEADER = "x-chatsieve-tools-left-out"
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+# The templates' thinking switches (Qwen3, GLM, Gemma 4: enable_thinking; DeepSeek V3.1/V3.2: thinking)
+THINKING_SWITCHES = ("enable_thinking", "thinking")
+
+STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}
+_TEXT_BLOCKS = frozenset({"text"})
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error ``type`` for an HTTP status."""
+    return ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(message: str, status: int = 400) -> dict:
+    """Anthropic's error shape: ``{"type": "error", "error": {"type", "message"}}``."""
+    return {"type": "error", "error": {"type": error_type(status), "message": message}}
+
+
+# ---------------------------------------------------------------- tool-use ids
+
+_ID_SAFE = re.compile(r"[A-Za-z0-9_]")
+_ESCAPE = re.compile(r"-([0-9A-F]{2})")
+
+
+def tool_use_id(native: str) -> str:
+    """The family's call id as a ``toolu_`` id: characters outside ``[A-Za-z0-9_]`` are written
+    as ``-XX`` (their UTF-8 bytes), so `native_call_id` gives the id back exactly."""
+    out = []
+    for ch in native:
+        if _ID_SAFE.fullmatch(ch):
+            out.append(ch)
+        else:
+            out.extend(f"-{b:02X}" for b in ch.encode("utf-8"))
+    return "toolu_" + "".join(out)
+
+
+def native_call_id(tool_id: str) -> str:
+    """The family's call id behind a `tool_use_id`; any other id as it is."""
+    if not tool_id.startswith("toolu_"):
+        return tool_id
+    body = tool_id[len("toolu_") :]
+    if "-" in _ESCAPE.sub("", body):
+        return tool_id  # not one of ours: a '-' that escapes nothing
+    try:
+        return _unescape(body)
+    except UnicodeDecodeError:
+        return tool_id
+
+
+def _unescape(body: str) -> str:
+    out = bytearray()
+    i = 0
+    while i < len(body):
+        if body[i] == "-":
+            out.append(int(body[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            out += body[i].encode()
+            i += 1
+    return out.decode("utf-8")
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class MessagesRequest(ParsedRequest):
+    """A parsed ``/v1/messages`` body: the shared request, and the hosted tools left out."""
+
+    left_out_tools: tuple[str, ...] = ()
+
+
+def parse_messages_request(
+    body: Any, limits: RequestLimits | None = None, *, count_tokens: bool = False
+) -> MessagesRequest:
+    """Validate a decoded ``/v1/messages`` body (or a ``count_tokens`` one, which has no
+    ``max_tokens`` and is never streamed); RequestError (HTTP 400) naming the bad field."""
+    limits = limits or RequestLimits()
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    check_json_depth(body, limits.max_json_depth)
+    get = Fields(body)
+
+    model = get.value("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("'model' is required: the model's name, a string", param="model")
+    max_tokens = get.integer("max_tokens", minimum=1, maximum=max_tokens_ceiling(limits))
+    if max_tokens is None and not count_tokens:
+        raise RequestError("'max_tokens' is required: the most tokens to generate", param="max_tokens")
+
+    messages = _system(get.value("system"))
+    raw = get.value("messages")
+    if not isinstance(raw, list) or not raw:
+        raise RequestError("'messages' must be a non-empty array", param="messages")
+    for i, m in enumerate(raw):
+        messages += _message(m, i)
+    try:
+        messages = normalize_messages(messages)
+    except MessageError as e:  # not expected: the blocks were checked above
+        raise RequestError(str(e), param=e.param) from None
+
+    tools, left_out = _tools(get.value("tools"))
+    tool_choice, parallel = _tool_choice(get.value("tool_choice"), tools)
+    if get.value("mcp_servers"):
+        raise RequestError(
+            "'mcp_servers' is not supported: this server runs no MCP connector; offer the tools as "
+            "'tools' and run them in the client",
+            param="mcp_servers",
+        )
+
+    kwargs = get.value("chat_template_kwargs")  # chatsieve's extension, as in chat completions
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise RequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
+    kwargs = dict(kwargs or {})
+    budget = _thinking(get.value("thinking"), kwargs, max_tokens)
+
+    top_k = get.integer("top_k", minimum=0)
+    headers = ((LEFT_OUT_HEADER, ",".join(left_out)),) if left_out else ()
+    chat = ChatRequest(
+        messages=messages,
+        model=model,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+        max_tokens=max_tokens,
+        temperature=get.number("temperature", minimum=0.0, maximum=1.0),
+        top_p=get.number("top_p", minimum=0.0, maximum=1.0),
+        top_k=top_k or None,
+        stop=stop_strings(get.value("stop_sequences"), limits, "stop_sequences"),
+        stream=False if count_tokens else bool(get.boolean("stream")),
+        chat_template_kwargs=kwargs,
+        reasoning_budget=budget,
+    )
+    return MessagesRequest(chat, headers=headers, left_out_tools=left_out)
+
+
+def _system(value: Any) -> list[dict]:
+    if value is None:
+        return []
+    text = _text_of(value, "system", "system")
+    return [{"role": "system", "content": text}] if text or isinstance(value, str) else []
+
+
+def _text_of(content: Any, param: str, where: str) -> str:
+    """A string, or text blocks joined: the text a system prompt or tool result holds."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise RequestError(f"'{param}' must be a string or an array of text blocks", param=param)
+    texts = []
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind not in _TEXT_BLOCKS or not isinstance(block.get("text"), str):
+            raise _block_error(kind, f"{param}[{j}]", where, "text")
+        texts.append(block["text"])
+    return "\n\n".join(texts) if param == "system" else "".join(texts)
+
+
+def _block_error(kind: Any, param: str, where: str, allowed: str) -> RequestError:
+    if kind in ("image", "document", "search_result", "container_upload"):
+        why = f"'{kind}' blocks are not supported: this server serves a text model; send the content as text"
+    elif isinstance(kind, str):
+        why = f"'{kind}' blocks are not supported in {where}; use {allowed} blocks"
+    else:
+        why = f"must be a block object with a 'type' ({allowed})"
+    return RequestError(f"{param}: {why}", param=param)
+
+
+def _message(m: Any, i: int) -> list[dict]:
+    """One Anthropic message as OpenAI-form messages (a user turn's tool results become tool
+    messages, in their order among its text)."""
+    param = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise RequestError(f"{param} must be an object with 'role' and 'content'", param=param)
+    role = m.get("role")
+    if role not in ("user", "assistant", "system"):
+        raise RequestError(f"{param}.role must be 'user' or 'assistant', got {role!r}", param=f"{param}.role")
+    content = m.get("content")
+    cparam = f"{param}.content"
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        raise RequestError(f"{cparam} must be a string or an array of content blocks", param=cparam)
+    if role == "system":
+        return [{"role": "system", "content": _text_of(content, cparam, "a system message")}]
+    if role == "assistant":
+        return [_assistant(content, cparam)]
+    out: list[dict] = []
+    texts: list[str] = []
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        bparam = f"{cparam}[{j}]"
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "tool_result":
+            if texts:
+                out.append({"role": "user", "content": "".join(texts)})
+                texts = []
+            out.append(_tool_result(block, bparam))
+        else:
+            raise _block_error(kind, bparam, "a user message", "text or tool_result")
+    if texts or not out:
+        out.append({"role": "user", "content": "".join(texts)})
+    return out
+
+
+def _tool_result(block: dict, param: str) -> dict:
+    tool_id = block.get("tool_use_id")
+    if not isinstance(tool_id, str) or not tool_id:
+        raise RequestError(f"{param}.tool_use_id must be a non-empty string", param=f"{param}.tool_use_id")
+    content = block.get("content")
+    text = "" if content is None else _text_of(content, f"{param}.content", "a tool_result")
+    is_error = block.get("is_error")
+    if is_error is not None and not isinstance(is_error, bool):
+        raise RequestError(f"{param}.is_error must be a boolean", param=f"{param}.is_error")
+    if is_error:
+        text = f"Error: {text}"  # templates have no error flag; the model reads it in the text
+    return {"role": "tool", "tool_call_id": native_call_id(tool_id), "content": text}
+
+
+def _assistant(content: list, param: str) -> dict:
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[dict] = []
+    for j, block in enumerate(content):
+        kind = block.get("type") if isinstance(block, dict) else None
+        bparam = f"{param}[{j}]"
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            thinking.append(block["thinking"])
+        elif kind == "redacted_thinking":
+            continue  # encrypted by Anthropic: no text to render
+        elif kind == "tool_use":
+            tool_id, name, args = block.get("id"), block.get("name"), block.get("input")
+            if not isinstance(tool_id, str) or not tool_id:
+                raise RequestError(f"{bparam}.id must be a non-empty string", param=f"{bparam}.id")
+            if not isinstance(name, str) or not name:
+                raise RequestError(f"{bparam}.name must be a non-empty string", param=f"{bparam}.name")
+            if not isinstance(args, dict):
+                raise RequestError(f"{bparam}.input must be an object", param=f"{bparam}.input")
+            calls.append(
+                {
+                    "id": native_call_id(tool_id),
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
+                }
+            )
+        else:
+            raise _block_error(kind, bparam, "an assistant message", "text, thinking or tool_use")
+    msg: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if thinking:
+        msg["reasoning_content"] = "".join(thinking)
+    if calls:
+        msg["tool_calls"] = calls
+    return msg
+
+
+def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...]]:
+    """The custom tools as OpenAI functions, and the names of the hosted tools left out."""
+    if value is None:
+        return None, ()
+    if not isinstance(value, list):
+        raise RequestError("'tools' must be an array", param="tools")
+    tools, left_out = [], []
+    for i, t in enumerate(value):
+        param = f"tools[{i}]"
+        if not isinstance(t, dict):
+            raise RequestError(f"{param} must be an object", param=param)
+        kind = t.get("type")
+        if kind not in (None, "custom"):
+            if isinstance(kind, str) and kind.startswith(LEFT_OUT_TOOL_TYPES):
+                left_out.append(str(t.get("name") or kind))
+                continue
+            raise RequestError(
+                f"{param}.type {kind!r} is a tool Anthropic runs itself, which this server cannot: "
+                "define it as a custom tool (name, description, input_schema) and run it in the client",
+                param=f"{param}.type",
+            )
+        name, schema, description = t.get("name"), t.get("input_schema"), t.get("description")
+        if not isinstance(name, str) or not name:
+            raise RequestError(f"{param}.name must be a non-empty string", param=f"{param}.name")
+        if not isinstance(schema, dict):
+            raise RequestError(f"{param}.input_schema must be a JSON Schema object", param=f"{param}.input_schema")
+        if description is not None and not isinstance(description, str):
+            raise RequestError(f"{param}.description must be a string", param=f"{param}.description")
+        fn: dict[str, Any] = {"name": name, "parameters": schema}
+        if description is not None:
+            fn["description"] = description
+        tools.append({"type": "function", "function": fn})
+    return tools or None, tuple(left_out)
+
+
+def _tool_choice(value: Any, tools: list[dict] | None) -> tuple[ToolChoice, bool]:
+    if value is None:
+        return ToolChoice("auto"), True
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in ("auto", "any", "tool", "none"):
+        raise RequestError(
+            "tool_choice must be {'type': 'auto' | 'any' | 'tool' | 'none'} ('tool' with a 'name')",
+            param="tool_choice",
+        )
+    disable = value.get("disable_parallel_tool_use")
+    if disable is not None and not isinstance(disable, bool):
+        raise RequestError(
+            "tool_choice.disable_parallel_tool_use must be a boolean", param="tool_choice.disable_parallel_tool_use"
+        )
+    parallel = not disable
+    if kind in ("any", "tool") and not tools:
+        raise RequestError(f"tool_choice {kind!r} needs 'tools'", param="tool_choice")
+    if kind == "tool":
+        name = value.get("name")
+        if not isinstance(name, str):
+            raise RequestError("tool_choice.name must be a string", param="tool_choice.name")
+        if name not in {t["function"]["name"] for t in tools or ()}:
+            raise RequestError(f"tool_choice names tool {name!r}, which is not in 'tools'", param="tool_choice.name")
+        return ToolChoice("function", name), parallel
+    return ToolChoice({"auto": "auto", "any": "required", "none": "none"}[kind]), parallel
+
+
+def _thinking(value: Any, kwargs: dict, max_tokens: int | None) -> int | None:
+    """Sets the template's thinking switch in `kwargs`; the reasoning budget, if one is given."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "adaptive":
+        return None
+    if kind == "disabled":
+        kwargs.update(dict.fromkeys(THINKING_SWITCHES, False))
+        return None
+    if kind != "enabled":
+        raise RequestError(
+            "thinking must be {'type': 'enabled', 'budget_tokens': N}, {'type': 'disabled'} or "
+            "{'type': 'adaptive'}",
+            param="thinking",
+        )
+    budget = value.get("budget_tokens")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        raise RequestError("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
+    if max_tokens is not None and budget >= max_tokens:
+        raise RequestError(
+            f"thinking.budget_tokens ({budget}) must be less than max_tokens ({max_tokens})",
+            param="thinking.budget_tokens",
+        )
+    kwargs.update(dict.fromkeys(THINKING_SWITCHES, True))
+    return budget
+
+
+# ---------------------------------------------------------------- responses
+
+
+def message_id() -> str:
+    return f"msg_{uuid.uuid4().hex[:24]}"
+
+
+def stop_reason(outcome: Outcome) -> tuple[str, str | None]:
+    """(stop_reason, stop_sequence) for how the generation ended."""
+    if outcome.finish_reason == "stop" and outcome.stop_sequence is not None:
+        return "stop_sequence", outcome.stop_sequence
+    return STOP_REASONS.get(outcome.finish_reason, "end_turn"), None
+
+
+def usage(input_tokens: int, output_tokens: int) -> dict:
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+
+
+def thinking_signature(text: str) -> str:
+    """The ``signature`` of a thinking block: not Anthropic's (which only its API can make), a
+    SHA-256 of the text, the same streamed or whole."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class BlockOps:
+    """Events to content-block operations, numbered as Anthropic numbers blocks (0, 1, ... in
+    order): ``("open", index, block)``, ``("delta", index, delta)``, ``("close", index, delta |
+    None)`` (a thinking block closes with its ``signature_delta``). One reasoning, content or
+    call run continues the open block of its kind; anything else closes it."""
+
+    def __init__(self) -> None:
+        self.index = -1
+        self.kind: Any = None  # "thinking" | "text" | call index | None (no open block)
+        self._signature: Any = None  # hashlib object of the open thinking block
+
+    def apply(self, events: Iterable[Event]) -> Iterator[tuple[str, int, Any]]:
+        for kind, value, _ in runs(events):
+            if kind == "start":
+                yield from self.close()
+                yield self._open(value.index, _tool_block(value))
+            elif kind == "reasoning":
+                if self.kind != "thinking":
+                    yield from self.close()
+                    self._signature = hashlib.sha256()
+                    yield self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
+                self._signature.update(value.encode("utf-8"))
+                yield "delta", self.index, {"type": "thinking_delta", "thinking": value}
+            elif kind == "content":
+                if self.kind != "text":
+                    yield from self.close()
+                    yield self._open("text", {"type": "text", "text": ""})
+                yield "delta", self.index, {"type": "text_delta", "text": value}
+            elif kind == self.kind:  # arguments of the open call
+                yield "delta", self.index, {"type": "input_json_delta", "partial_json": value}
+
+    def close(self) -> Iterator[tuple[str, int, Any]]:
+        if self.kind is None:
+            return
+        last = None
+        if self.kind == "thinking":
+            last = {"type": "signature_delta", "signature": self._signature.hexdigest()}
+        self.kind = None
+        yield "close", self.index, last
+
+    def _open(self, kind: Any, block: dict) -> tuple[str, int, Any]:
+        self.index += 1
+        self.kind = kind
+        return "open", self.index, block
+
+
+def _tool_block(e: ToolCallStart) -> dict:
+    return {"type": "tool_use", "id": tool_use_id(e.id), "name": e.name, "input": {}}
+
+
+def sse_event(kind: str, data: Any) -> bytes:
+    """One server-sent event as Anthropic sends it: ``event: KIND`` and its JSON."""
+    return b"event: " + kind.encode() + b"\ndata: " + dumps(data) + b"\n\n"
+
+
+_PING = sse_event("ping", {"type": "ping"})
+
+
+class MessageStream:
+    """Parser events (filtered) to Anthropic's stream: ``message_start``; per block
+    ``content_block_start`` / ``content_block_delta`` / ``content_block_stop``;
+    ``message_delta`` (stop reason, output usage); ``message_stop``."""
+
+    def __init__(self, info: ResponseInfo, id: str | None = None) -> None:
+        self.info = info
+        self.id = id or message_id()
+        self.ops = BlockOps()
+
+    def start(self) -> bytes:
+        message = {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.info.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage(self.info.prompt_tokens, 0),
+        }
+        return sse_event("message_start", {"type": "message_start", "message": message})
+
+    def encode(self, events: Iterable[Event]) -> bytes:
+        return self._bytes(self.ops.apply(events))
+
+    def finish(self, outcome: Outcome) -> bytes:
+        reason, sequence = stop_reason(outcome)
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": {"output_tokens": outcome.completion_tokens},
+        }
+        return (
+            self._bytes(self.ops.close())
+            + sse_event("message_delta", delta)
+            + sse_event("message_stop", {"type": "message_stop"})
+        )
+
+    def error(self, e: RequestError) -> bytes:
+        return sse_event("error", error_body(e.message, e.status))
+
+    def ping(self) -> bytes | None:
+        return _PING
+
+    @staticmethod
+    def _bytes(ops: Iterable[tuple[str, int, Any]]) -> bytes:
+        out: list[bytes] = []
+        for op, index, value in ops:
+            if op == "delta":
+                if value["type"] == "text_delta":  # the common case, without a dict per event
+                    out.append(
+                        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+                        b'"delta":{"type":"text_delta","text":%s}}\n\n' % (index, dumps(value["text"]))
+                    )
+                    continue
+                out.append(
+                    sse_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": value})
+                )
+            elif op == "open":
+                out.append(
+                    sse_event(
+                        "content_block_start", {"type": "content_block_start", "index": index, "content_block": value}
+                    )
+                )
+            else:
+                if value is not None:
+                    out.append(
+                        sse_event(
+                            "content_block_delta", {"type": "content_block_delta", "index": index, "delta": value}
+                        )
+                    )
+                out.append(sse_event("content_block_stop", {"type": "content_block_stop", "index": index}))
+        return b"".join(out)
+
+
+class MessageCollector:
+    """Parser events (filtered) folded into the non-streaming ``message``: the same blocks, in
+    the same order, as `MessageStream` streams."""
+
+    def __init__(self, info: ResponseInfo, id: str | None = None) -> None:
+        self.info = info
+        self.id = id or message_id()
+        self.ops = BlockOps()
+        self.blocks: list[dict] = []
+        self._args: dict[int, list[str]] = {}
+
+    def apply(self, events: Iterable[Event]) -> None:
+        self._fold(self.ops.apply(events))
+
+    def body(self, outcome: Outcome) -> dict:
+        self._fold(self.ops.close())
+        reason, sequence = stop_reason(outcome)
+        return {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.info.model,
+            "content": self.blocks,
+            "stop_reason": reason,
+            "stop_sequence": sequence,
+            "usage": usage(outcome.prompt_tokens, outcome.completion_tokens),
+        }
+
+    def _fold(self, ops: Iterable[tuple[str, int, Any]]) -> None:
+        for op, index, value in ops:
+            if op == "open":
+                self.blocks.append(dict(value))
+                continue
+            block = self.blocks[index]
+            if op == "close":
+                if value is not None:
+                    block["signature"] = value["signature"]
+                if index in self._args:
+                    block["input"] = _input(self._args.pop(index))
+            elif value["type"] == "text_delta":
+                block["text"] += value["text"]
+            elif value["type"] == "thinking_delta":
+                block["thinking"] += value["thinking"]
+            else:
+                self._args.setdefault(index, []).append(value["partial_json"])
+
+
+def _input(parts: list[str]) -> dict:
+    """A call's arguments as the ``input`` object (released calls hold a JSON object)."""
+    text = "".join(parts)
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {"_arguments": text}  # not expected for a released call; kept, never lost
+    return value if isinstance(value, dict) else {"_arguments": value}
+
+
+# ---------------------------------------------------------------- the protocol object
+
+
+class AnthropicMessages:
+    """``POST /v1/messages`` as a `chatsieve.protocols.common.ClientProtocol`."""
+
+    name = "anthropic"
+    ping_interval: float | None = PING_INTERVAL
+
+    def parse(self, body: Any, limits: RequestLimits) -> MessagesRequest:
+        return parse_messages_request(body, limits)
+
+    def parse_count_tokens(self, body: Any, limits: RequestLimits) -> MessagesRequest:
+        return parse_messages_request(body, limits, count_tokens=True)
+
+    def encoder(self, request: ParsedRequest, info: ResponseInfo) -> MessageStream:
+        return MessageStream(info)
+
+    def collector(self, request: ParsedRequest, info: ResponseInfo) -> MessageCollector:
+        return MessageCollector(info)
+
+    def error_body(self, e: RequestError) -> dict:
+        return error_body(e.message, e.status)
+
+
+ANTHROPIC = AnthropicMessages()

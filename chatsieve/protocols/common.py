@@ -1,0 +1,484 @@
+"""What every client protocol shares: the one internal request (`ChatRequest`), its limits and
+errors, the tool-call policy, finish reasons, token counts, and the `Protocol` interface.
+
+Each protocol module (openai_chat, anthropic, ...) parses its own request shape into a
+`ChatRequest`; the server prepares and runs it the same way whatever the protocol, and hands the
+parser's events to the protocol's stream encoder (SSE bytes) or collector (one body).
+
+Tool-choice policy (what chatsieve does where a hosted API would constrain decoding), in OpenAI's
+names; each protocol maps its own choices onto these:
+
+
+Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
+
+- A call is returned only if it names a function the prompt offered; any other call (to a
+  function the request did not define, or made when no tools were offered) is dropped: it never
+  reaches ``content`` (its markup is not text) and is counted in the server log.
+- ``auto`` (the default): the request's tools are rendered into the prompt.
+- ``none``: no tools are rendered, so the model is offered none, and no call is returned.
+- ``required``: tools are rendered, and the engine is given a grammar (chatsieve.grammar) that
+  forces at least one call, in the family's own syntax, whose arguments follow the tool's schema;
+  a family, engine or schema the grammar cannot express is refused with a 400.
+- named (``{"type": "function", "function": {"name": N}}``): only tool ``N`` is rendered, only
+  calls to ``N`` are returned, and the grammar forces exactly one call to ``N``.
+- ``response_format`` ``json_object`` / ``json_schema``: the engine constrains the reply to JSON
+  (to the schema); not with tool_choice ``required`` or named, where the call grammar wins.
+- ``parallel_tool_calls: false``: only the first returned call is kept; later ones are dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from chatsieve.events import (
+    ContentDelta,
+    Dropped,
+    Event,
+    ReasoningDelta,
+    TokenLogprob,
+    ToolCallArgsDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
+
+MAX_TOKENS_CEILING = 2**31 - 1  # no engine takes more; anything above is a client's mistake
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What a request may ask for (the server's --max-stop-strings, ... options).
+
+    OpenAI allows 4 stop strings; the default here is larger but bounded, since every stop
+    string is matched against the whole output. `max_model_len` (the model's context), when
+    known, bounds `max_tokens`.
+    """
+
+    max_stop_strings: int = 16
+    max_stop_length: int = 256  # characters
+    max_json_depth: int = 64  # nesting of objects and arrays in the request body
+    max_model_len: int | None = None
+
+
+# ---------------------------------------------------------------- errors
+
+
+class RequestError(ValueError):
+    """A request the server refuses: the HTTP status and the error's fields in OpenAI's terms
+    (`type` invalid_request_error | server_error, `param`, `code`); each protocol's
+    `error_body` gives it that protocol's shape."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int = 400,
+        type: str = "invalid_request_error",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+        self.status = status
+        self.type = type
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    mode: str  # "auto" | "none" | "required" | "function"
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """The one internal request every protocol is parsed into (unknown fields dropped): messages
+    in the normalised OpenAI form (chatsieve.messages), tools in OpenAI's function shape."""
+
+    messages: list[dict]
+    model: str | None = None
+    tools: list[dict] | None = None
+    tool_choice: ToolChoice = ToolChoice("auto")
+    parallel_tool_calls: bool = True
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    stream: bool = False
+    include_usage: bool = False
+    chat_template_kwargs: dict = field(default_factory=dict)
+    reasoning_effort: str | None = None
+    # passed to the engine (server/backends.py SAMPLING_FIELDS); enforced structure (grammar.py)
+    top_k: int | None = None  # 0 or -1: no top-k cut
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    response_format: dict | None = None
+    reasoning_budget: int | None = None  # reasoning tokens before the reasoning is cut (enforced locally)
+
+    @property
+    def prompt_tools(self) -> list[dict] | None:
+        """The tools rendered into the prompt and given to the parser (see the module docstring)."""
+        if not self.tools or self.tool_choice.mode == "none":
+            return None
+        if self.tool_choice.mode == "function":
+            return [t for t in self.tools if tool_name(t) == self.tool_choice.name]
+        return self.tools
+
+    @property
+    def thinking(self) -> bool | None:
+        """``enable_thinking`` (or ``thinking``) from chat_template_kwargs; ``reasoning_effort: none``
+        means off; otherwise None, the format's default."""
+        for key in ("enable_thinking", "thinking"):
+            value = self.chat_template_kwargs.get(key)
+            if isinstance(value, bool):
+                return value
+        if self.reasoning_effort == "none":
+            return False
+        return None
+
+    @property
+    def template_kwargs(self) -> dict:
+        """Extra variables for the chat template."""
+        kwargs = dict(self.chat_template_kwargs)
+        if self.reasoning_effort is not None:
+            kwargs.setdefault("reasoning_effort", self.reasoning_effort)
+            if self.reasoning_effort == "none":
+                kwargs.setdefault("enable_thinking", False)
+        return kwargs
+
+    def tool_call_filter(self) -> ToolCallFilter:
+        """Calls may name only the functions the prompt offered (see the module docstring)."""
+        allowed = frozenset(n for n in map(tool_name, self.prompt_tools or ()) if n)
+        return ToolCallFilter(allowed=allowed, max_calls=None if self.parallel_tool_calls else 1)
+
+def check_json_depth(value: Any, limit: int) -> None:
+    """RequestError when objects and arrays nest deeper than `limit` (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            raise RequestError(json_depth_message(limit), code="too_deeply_nested")
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+
+
+def json_depth_message(limit: int) -> str:
+    return f"the request body nests objects and arrays deeper than {limit} levels"
+
+
+def response_format(value: Any) -> dict | None:
+    """A checked OpenAI ``response_format`` (``text`` gives None)."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in ("text", "json_object", "json_schema"):
+        raise RequestError(
+            "'response_format' must be {'type': 'text' | 'json_object' | 'json_schema', ...}",
+            param="response_format",
+        )
+    if kind == "json_schema":
+        wrapper = value.get("json_schema")
+        if not isinstance(wrapper, dict) or not isinstance(wrapper.get("schema", {}), dict):
+            raise RequestError(
+                "'response_format.json_schema' must be an object with a 'schema' object",
+                param="response_format.json_schema",
+            )
+    return None if kind == "text" else value
+
+
+class Fields:
+    """Typed reads of optional top-level fields; null counts as absent, as in OpenAI's API."""
+
+    def __init__(self, body: dict) -> None:
+        self.body = body
+
+    def value(self, name: str) -> Any:
+        return self.body.get(name)
+
+    def integer(self, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
+        v = self.body.get(name)
+        if v is None:
+            return None
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise RequestError(f"'{name}' must be an integer", param=name)
+        _check_range(name, v, minimum, maximum)
+        return v
+
+    def number(
+        self, name: str, *, minimum: float | None = None, maximum: float | None = None
+    ) -> float | None:
+        v = self.body.get(name)
+        if v is None:
+            return None
+        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+            raise RequestError(f"'{name}' must be a number", param=name)
+        _check_range(name, v, minimum, maximum)
+        return float(v)
+
+    def boolean(self, name: str) -> bool | None:
+        v = self.body.get(name)
+        if v is not None and not isinstance(v, bool):
+            raise RequestError(f"'{name}' must be a boolean", param=name)
+        return v
+
+    def string(self, name: str) -> str | None:
+        v = self.body.get(name)
+        if v is not None and not isinstance(v, str):
+            raise RequestError(f"'{name}' must be a string", param=name)
+        return v
+
+
+def _check_range(name: str, v: float, minimum: float | None, maximum: float | None) -> None:
+    if minimum is not None and v < minimum:
+        raise RequestError(f"'{name}' must be >= {minimum}, got {v}", param=name)
+    if maximum is not None and v > maximum:
+        raise RequestError(f"'{name}' must be <= {maximum}, got {v}", param=name)
+
+
+
+def tool_name(tool: dict) -> str | None:
+    """The name of a tool in OpenAI's function shape (or a bare ``{"name": ...}``)."""
+    fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    name = fn.get("name")
+    return name if isinstance(name, str) else None
+
+
+def max_tokens_ceiling(limits: RequestLimits) -> int:
+    """The largest max_tokens a request may ask for: the model's context when known."""
+    return min(MAX_TOKENS_CEILING, limits.max_model_len or MAX_TOKENS_CEILING)
+
+
+def stop_strings(value: Any, limits: RequestLimits, param: str) -> tuple[str, ...]:
+    """A request's stop strings (a string or an array of strings; empty ones dropped), bounded
+    by `limits`; RequestError naming `param` otherwise."""
+    if value is None:
+        stops: tuple[str, ...] = ()
+    elif isinstance(value, str):
+        stops = (value,) if value else ()
+    elif isinstance(value, list) and all(isinstance(s, str) for s in value):
+        stops = tuple(s for s in value if s)
+    else:
+        raise RequestError(f"'{param}' must be a string or an array of strings", param=param)
+    if len(stops) > limits.max_stop_strings:
+        raise RequestError(
+            f"'{param}' may hold at most {limits.max_stop_strings} strings, got {len(stops)}", param=param
+        )
+    if any(len(s) > limits.max_stop_length for s in stops):
+        raise RequestError(
+            f"each stop string may be at most {limits.max_stop_length} characters long", param=param
+        )
+    return stops
+
+
+# ---------------------------------------------------------------- tool-call policy
+
+
+class ToolCallFilter:
+    """Applies tool_choice / parallel_tool_calls to parser events.
+
+    Calls that are not allowed disappear with all their events and are reported as Dropped;
+    kept calls are renumbered 0, 1, ... so the client sees contiguous indexes.
+    """
+
+    def __init__(self, *, allowed: frozenset[str] | None = None, max_calls: int | None = None) -> None:
+        self.allowed = allowed
+        self.max_calls = max_calls
+        self._map: dict[int, int | None] = {}  # parser index -> output index, None = dropped
+        self._dropped_args: dict[int, list[str]] = {}
+        self.kept = 0
+        self.dropped: list[Dropped] = []
+
+    def apply(self, events: Iterable[Event]) -> list[Event]:
+        out: list[Event] = []
+        for e in events:
+            if isinstance(e, ToolCallStart):
+                why = self._refusal(e.name)
+                if why is None:
+                    self._map[e.index] = self.kept
+                    out.append(ToolCallStart(self.kept, e.id, e.name))
+                    self.kept += 1
+                else:
+                    self._map[e.index] = None
+                    self._dropped_args[e.index] = [why, e.name]
+            elif isinstance(e, ToolCallArgsDelta | ToolCallEnd):
+                j = self._map.get(e.index)
+                if j is not None:
+                    out.append(
+                        ToolCallArgsDelta(j, e.json_text)
+                        if isinstance(e, ToolCallArgsDelta)
+                        else ToolCallEnd(j, e.incomplete)
+                    )
+                elif e.index in self._dropped_args:
+                    if isinstance(e, ToolCallArgsDelta):
+                        self._dropped_args[e.index].append(e.json_text)
+                    else:
+                        self._drop(e.index)
+            else:
+                out.append(e)
+        return out
+
+    def finish(self) -> None:
+        """Report dropped calls that never saw their end event."""
+        for index in list(self._dropped_args):
+            self._drop(index)
+
+    def _drop(self, index: int) -> None:
+        why, name, *args = self._dropped_args.pop(index)
+        self.dropped.append(Dropped(f"{name}({''.join(args)})", why))
+
+    def _refusal(self, name: str) -> str | None:
+        if self.allowed is not None and name not in self.allowed:
+            if not self.allowed:
+                return "no tools were offered (no tools, or tool_choice 'none')"
+            return "the function was not offered (not in tools, or not the tool_choice function)"
+        if self.max_calls is not None and self.kept >= self.max_calls:
+            return "parallel_tool_calls is false; only the first call is kept"
+        return None
+
+
+def finish_reason(parser_reason: str | None, calls: int) -> str:
+    """The OpenAI finish_reason: tool_calls when calls were returned, else length or stop."""
+    if calls:
+        return "tool_calls"
+    if parser_reason == "length":
+        return "length"
+    return "stop"
+
+
+
+def runs(events: Iterable[Event]) -> Iterable[tuple[Any, Any, list[TokenLogprob]]]:
+    """Adjacent deltas of one kind joined: ("content" | "reasoning", text, logprobs),
+    (call index, arguments text, []), or ("start", ToolCallStart, []). Empty text is skipped;
+    ToolCallEnd and Dropped have no wire form."""
+    kind: Any = None
+    texts: list[str] = []
+    lps: list[TokenLogprob] = []
+    for e in events:
+        t = type(e)
+        if t is ContentDelta or t is ReasoningDelta:
+            k: Any = "content" if t is ContentDelta else "reasoning"
+            text = e.text
+        elif t is ToolCallArgsDelta:
+            k = e.index
+            text = e.json_text
+        elif t is ToolCallStart:
+            if kind is not None:
+                joined = "".join(texts)
+                if joined:
+                    yield kind, joined, lps
+                kind, texts, lps = None, [], []
+            yield "start", e, []
+            continue
+        else:
+            continue
+        if k != kind:
+            if kind is not None:
+                joined = "".join(texts)
+                if joined:
+                    yield kind, joined, lps
+            kind, texts, lps = k, [], []
+        texts.append(text)
+        if t is not ToolCallArgsDelta and e.logprobs:
+            lps.extend(e.logprobs)
+    if kind is not None:
+        joined = "".join(texts)
+        if joined:
+            yield kind, joined, lps
+
+
+# ---------------------------------------------------------------- the protocol interface
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    """A protocol's parsed request: the shared `ChatRequest` and what the response adds to its
+    HTTP headers (e.g. which tools were left out). Protocols subclass it for their extras."""
+
+    chat: ChatRequest
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ResponseInfo:
+    """What an encoder or collector knows before the first event: the model name to report, the
+    prompt's token count, and each token id's raw bytes (for logprobs)."""
+
+    model: str
+    prompt_tokens: int = 0
+    token_bytes: Callable[[int], bytes] | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a generation ended: the shared finish reason (``stop`` | ``length`` | ``tool_calls``,
+    see `finish_reason`), the stop string that ended it if one did, and the token counts."""
+
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    stop_sequence: str | None = None
+    reasoning_tokens: int = 0
+
+
+class StreamEncoder(Protocol):
+    """Parser events (filtered) to a protocol's SSE bytes, for one streamed response."""
+
+    def start(self) -> bytes:
+        """What is sent before the first event (OpenAI's role chunk, Anthropic's message_start)."""
+        ...
+
+    def encode(self, events: Iterable[Event]) -> bytes: ...
+
+    def finish(self, outcome: Outcome) -> bytes:
+        """Everything after the last event, up to the end of the stream."""
+        ...
+
+    def error(self, e: RequestError) -> bytes:
+        """A failure once the stream has started, in the protocol's shape, ending the stream."""
+        ...
+
+    def ping(self) -> bytes | None:
+        """A keep-alive sent while the engine is silent (None: the protocol has none)."""
+        ...
+
+
+class Collector(Protocol):
+    """Parser events (filtered) folded into a protocol's one response body."""
+
+    def apply(self, events: Iterable[Event]) -> None: ...
+
+    def body(self, outcome: Outcome) -> Mapping[str, Any]: ...
+
+
+class ClientProtocol(Protocol):
+    """One client API, sans-I/O: its request body in, `ParsedRequest` out; an encoder or a
+    collector for the response; its error shape. The server's one route runner drives it."""
+
+    name: str
+    ping_interval: float | None  # seconds of engine silence before `StreamEncoder.ping`
+
+    def parse(self, body: Any, limits: RequestLimits) -> ParsedRequest: ...
+
+    def encoder(self, request: ParsedRequest, info: ResponseInfo) -> StreamEncoder: ...
+
+    def collector(self, request: ParsedRequest, info: ResponseInfo) -> Collector: ...
+
+    def error_body(self, e: RequestError) -> dict:
+        """The protocol's error body for `e` (sent with status `e.status`)."""
+        ...

@@ -1,0 +1,190 @@
+"""Tools for chat templates that ignore them: a family's documented tool prompt, tool results
+and earlier calls written the way its documentation says, or a PromptError saying why not.
+
+`template_support(source)` probes a template once (render with and without tools / a tool
+result / a call); `adapt_conversation` rewrites one request for what it lacks, per the
+family's `FormatSpec.tool_prompt` (data, with its source).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .spec import FormatSpec, ToolPrompt
+
+__all__ = ["TemplateSupport", "adapt_conversation", "template_support", "write_calls"]
+
+_PROBE_TOOLS = [{"type": "function", "function": {
+    "name": "probe_tool", "description": "A probe tool.",
+    "parameters": {"type": "object", "properties": {"k": {"type": "string", "description": "A key."}},
+                   "required": ["k"]}}}]  # fmt: skip
+_PROBE_RESULT = "r5x9result"
+_PROBE_ID = "abcDEF123"  # nine alphanumerics: Mistral's templates insist on that shape
+_RESULTS = "\x00results"  # marks a user turn made of tool results (removed before rendering)
+_PASS_BACK = ("--chat-template PATH with `chatsieve serve`, template=PATH with render_prompt")
+
+
+@dataclass(frozen=True)
+class TemplateSupport:
+    """What a chat template renders of a tool conversation."""
+
+    tools: bool  # tool definitions (rendering with and without `tools` differs)
+    results: bool  # a `tool` message's content
+    calls: bool  # an assistant message's earlier `tool_calls`
+
+
+@functools.lru_cache(maxsize=32)
+def template_support(source: str) -> TemplateSupport:
+    """Probe `source` with a tool, a tool result and a call (cached per template)."""
+    from .prompt import PromptError, _call_shape, _render
+
+    variables = {"bos_token": "", "eos_token": ""}
+
+    def render(messages: list[dict], tools: Any) -> str | None:
+        try:
+            return _render(source, messages, tools, None, True, variables)
+        except PromptError:
+            return None
+
+    user = [{"role": "user", "content": "q"}]
+    with_tools, without = render(user, _PROBE_TOOLS), render(user, None)
+    tools = with_tools is None or without is None or with_tools != without
+    shape = _call_shape(source)
+    call = {"id": _PROBE_ID, "type": "function",
+            "function": {"name": "probe_tool", "arguments": {"k": "v"} if shape.objects else '{"k": "v"}'}}
+    result = render([*user, {"role": "assistant", "content": None if shape.null_content else "", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": _PROBE_ID, "name": "probe_tool", "content": _PROBE_RESULT}],
+                    _PROBE_TOOLS)
+    results = result is not None and _PROBE_RESULT in result
+    return TemplateSupport(tools=tools, results=results, calls=shape.renders)
+
+
+def write_calls(syntax: str, calls: Sequence[Mapping[str, Any]]) -> str:
+    """Earlier calls as the model writes them in `syntax` (only "pythonic": `[f(a="x", n=1)]`)."""
+    if syntax != "pythonic":
+        raise ValueError(f"no writer for call syntax {syntax!r}")
+    parts = []
+    for c in calls:
+        fn = c.get("function") or {}
+        args = _arguments(fn.get("arguments"))
+        parts.append(f"{fn.get('name', '')}(" + ", ".join(f"{k}={_python(v)}" for k, v in args.items()) + ")")
+    return "[" + ", ".join(parts) + "]"
+
+
+def _arguments(args: Any) -> dict:
+    if isinstance(args, Mapping):
+        return dict(args)
+    try:
+        value = json.loads(args) if isinstance(args, str) and args.strip() else {}
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ValueError(f"tool-call arguments {args!r} are not a JSON object")
+    return value
+
+
+def _python(v: Any) -> str:
+    """A Python literal (strings double-quoted, as Google's examples write them)."""
+    if isinstance(v, bool) or v is None:
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list):
+        return "[" + ", ".join(_python(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{json.dumps(str(k), ensure_ascii=False)}: {_python(x)}" for k, x in v.items()) + "}"
+    return json.dumps(v)
+
+
+def adapt_conversation(source: str, messages: list[dict], tools: list | None,
+                       spec: FormatSpec) -> list[dict]:
+    """`messages` with what the template cannot render written in per the family's documentation.
+
+    Raises PromptError where the template ignores part of the request and the family documents
+    no way to write it: never a prompt that silently lost the tools.
+    """
+    from .prompt import PromptError
+
+    has_results = any(m.get("role") == "tool" for m in messages)
+    has_calls = any(m.get("role") == "assistant" and m.get("tool_calls") for m in messages)
+    if not tools and not has_results and not has_calls:
+        return messages
+    support = template_support(source)
+    doc: ToolPrompt | None = spec.tool_prompt
+    missing = []
+    if tools and not support.tools and doc is None:
+        missing.append("tool definitions")
+    if has_results and not support.results and not (doc and doc.result):
+        missing.append("tool results (it has no tool role)")
+    if has_calls and not support.calls and not (doc and doc.calls):
+        missing.append("earlier tool calls")
+    if missing:
+        raise PromptError(
+            f"the chat template ignores the {' and '.join(missing)} of this request, and format {spec.name!r} "
+            f"documents no prompt for them: pass a chat template that renders tools ({_PASS_BACK})"
+        )
+    from .jinja_env import render_template
+
+    out = list(messages)
+    if has_results and not support.results:
+        out = _results_as_user_turns(out, doc.result, render_template)
+    if has_calls and not support.calls:
+        out = [_calls_as_text(m, doc.calls) if m.get("role") == "assistant" and m.get("tool_calls") else m
+               for m in out]
+    if tools and not support.tools:
+        text = render_template(doc.system, {"tools": tools})
+        if out and out[0].get("role") == "system":
+            out[0] = {**out[0], "content": f"{out[0].get('content') or ''}\n\n{text}".lstrip("\n")}
+        else:
+            out.insert(0, {"role": "system", "content": text})
+    return out
+
+
+def _calls_as_text(message: dict, syntax: str) -> dict:
+    from .prompt import PromptError
+
+    try:
+        calls = write_calls(syntax, message["tool_calls"])
+    except ValueError as e:
+        raise PromptError(f"cannot write an earlier tool call back for this template: {e}") from e
+    text = message.get("content") or ""
+    m = {k: v for k, v in message.items() if k != "tool_calls"}
+    m["content"] = f"{text}\n{calls}" if text else calls
+    return m
+
+
+def _results_as_user_turns(messages: list[dict], template: str, render: Any) -> list[dict]:
+    """Each run of `tool` messages becomes one user turn (merged into a user message right after)."""
+    out: list[dict] = []
+    names: dict[str, str] = {}
+    run: list[dict] = []
+
+    def flush() -> None:
+        if run:
+            out.append({"role": "user", "content": render(template, {"results": list(run)}), _RESULTS: True})
+            run.clear()
+
+    for m in messages:
+        if m.get("role") == "assistant":
+            for c in m.get("tool_calls") or ():
+                if isinstance(c, Mapping) and c.get("id"):
+                    names[c["id"]] = (c.get("function") or {}).get("name", "")
+        if m.get("role") == "tool":
+            name = m.get("name") or names.get(m.get("tool_call_id", ""), "")
+            run.append({"name": name, "content": m.get("content") or ""})
+            continue
+        flush()
+        out.append(m)
+    flush()
+    # a user message right after the results joins their turn (templates insist on alternation)
+    merged: list[dict] = []
+    for m in out:
+        if merged and merged[-1].get(_RESULTS) and m.get("role") == "user":
+            merged[-1] = {**merged[-1], "content": f"{merged[-1]['content']}\n\n{m.get('content') or ''}"}
+        else:
+            merged.append(m)
+    return [{k: v for k, v in m.items() if k != _RESULTS} for m in merged]

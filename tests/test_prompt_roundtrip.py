@@ -1,0 +1,336 @@
+"""Earlier turns reach the template as the model wrote them: for every family with a chat template
+in shared/models, the assistant message chatsieve parses out of the model's text, handed back in
+the next request, renders to that same text, token for token.
+
+The model's text is what the family's own template writes for the turn (argument objects, the
+family's call ids): what the model was trained to produce. Where a template cannot express a turn
+the case is marked xfail(strict) with the reason, so the exception list stays true. Also: the
+probe that decides objects vs JSON strings, per template; Gemma 4's answer turn after tool results;
+templates that ignore tools or have no tool role; `--chat-template`.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+
+import pytest
+from models import chat_tokenizer, model_path, tokenizer
+
+from chatsieve import StreamParser, formats
+from chatsieve.prompt import PromptError, _call_shape, load_chat_template, render_prompt, render_text
+from chatsieve.tool_prompt import template_support, write_calls
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                       "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "Get the local time",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+]  # fmt: skip
+
+FAMILIES = sorted(n for n in formats.names() if formats.get(n).template)
+
+# the real tokenizer of each family's tokenizer_doc (None: text only)
+_TOKENIZERS = {"qwen3": "qwen3", "deepseek": "deepseek", "gpt-oss": "gpt-oss", "llama3": "llama3",
+               "glm/glm-5": "glm5", "kimi-k2": "kimi_k2", "mistral": "mistral", "gemma3": "gemma3"}  # fmt: skip
+
+# Templates that render no tool definitions and whose family documents no tool prompt: the round
+# trip is checked without tools (with tools the request is refused, test_ignored_tools_*).
+NO_TOOLS = {"deepseek_r1", "deepseek_v3"}
+
+# (family, case) -> why the template cannot write that turn as the model did
+_V32 = ("DeepSeek V3.2's template writes thinking-off history as `</think>` but ends the generation prompt with "
+        "`<think></think>`: its history is not what follows its own prompt")
+EXCEPTIONS = {
+    ("gemma4", "text_and_call"): "Gemma 4's template writes a call message's text after the tool results",
+    ("gemma3", "text_and_call"): "Gemma 3's documented format has no text beside a call list",
+    ("llama3_json", "parallel"): "Llama 3's template refuses more than one call per message",
+    ("gpt_oss", "parallel"): "gpt-oss writes one call per generation (`<|call|>` ends it)",
+    ("deepseek_v3", "text_and_call"): "DeepSeek V3's template renders a message's calls only when it has no text",
+    ("deepseek_r1", "text_and_call"): "DeepSeek R1 output starts in reasoning and its template drops earlier "
+    "reasoning: text before a call cannot be told from reasoning",
+    ("deepseek_v32", "call"): _V32,
+    ("deepseek_v32", "parallel"): _V32,
+    ("deepseek_v32", "text_and_call"): _V32,
+}
+
+
+def _template(spec) -> str:
+    path = model_path(spec.template)
+    if path.name.startswith("tokenizer_config"):
+        raw = lzma.open(path).read() if path.suffix == ".xz" else path.read_bytes()
+        return json.loads(raw)["chat_template"]
+    return path.read_text(encoding="utf-8")
+
+
+def _tokenizer(spec):
+    if spec.tokenizer_doc == "gemma4":
+        return chat_tokenizer("gemma4")
+    name = _TOKENIZERS.get(spec.tokenizer_doc)
+    return tokenizer(name) if name else None
+
+
+def _variables(spec, tok) -> dict:
+    if tok is not None:
+        return {}
+    return {"bos_token": "<s>", "eos_token": "</s>"}
+
+
+def _model_turn(spec, case: str, shape) -> dict:
+    """The assistant turn as the family writes it (argument objects where the template takes them)."""
+    def call(i: int, name: str, args: dict) -> dict:
+        cid = f"functions.{name}:{i}" if spec.name.startswith("kimi") else f"abcDEF12{i}"
+        given = args if shape.objects else json.dumps(args, separators=(",", ":"))
+        return {"id": cid, "type": "function", "function": {"name": name, "arguments": given}}
+
+    calls = [call(0, "get_weather", {"city": "Paris", "days": 2})]
+    if case == "parallel":
+        calls.append(call(1, "get_time", {"city": "Paris"}))
+    turn = {"role": "assistant", "content": "Let me check." if case == "text_and_call" else "", "tool_calls": calls}
+    if spec.reasoning_open and spec.default_thinking:
+        turn["reasoning_content"] = "The user wants the weather; I call the tool."
+    return turn
+
+
+def _results(turn: dict) -> list[dict]:
+    return [{"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": f"result {i}"}
+            for i, c in enumerate(turn["tool_calls"])]
+
+
+def _cases():
+    for family in FAMILIES:
+        for case in ("call", "parallel", "text_and_call"):
+            reason = EXCEPTIONS.get((family, case))
+            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            yield pytest.param(family, case, marks=marks, id=f"{family}-{case}")
+
+
+@pytest.mark.parametrize(("family", "case"), _cases())
+def test_returned_message_renders_as_the_model_wrote_it(family, case):
+    spec = formats.get(family)
+    source = _template(spec)
+    tok = _tokenizer(spec)
+    tools = None if family in NO_TOOLS else TOOLS
+    variables = _variables(spec, tok)
+    shape = _call_shape(source)
+    base = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]
+    turn = _model_turn(spec, case, shape)
+
+    def render(messages):
+        if tok is None:
+            return render_text(messages, template=source, tools=tools, format=family, **variables), None
+        p = render_prompt(messages, tokenizer=tok, template=source, tools=tools, format=family, **variables)
+        return p.text, p.token_ids
+
+    prompt_text, prompt_ids = render(base)
+    full_text, full_ids = render([*base, turn, *_results(turn)])
+    # The model's text: what follows the prompt in the template's own rendering of the turn.
+    assert full_text.startswith(prompt_text), "the template writes history differently from its generation prompt"
+    written = full_text[len(prompt_text):]
+    parser = StreamParser(family, tools=tools or TOOLS, prompt=prompt_text, tokenizer=tok)
+    if tok is not None:
+        assert full_ids[: len(prompt_ids)] == prompt_ids
+        events = parser.feed(token_ids=full_ids[len(prompt_ids):])  # the model's own tokens, gated
+    else:
+        events = parser.feed(written)
+    del events
+    parser.finish("stop")
+    msg = parser.message
+    assert [c.name for c in msg.tool_calls] == [c["function"]["name"] for c in turn["tool_calls"]]
+    returned = {"role": "assistant", "content": msg.content or "",
+                "tool_calls": [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                               for c in msg.tool_calls]}  # fmt: skip
+    if msg.reasoning:
+        returned["reasoning_content"] = msg.reasoning
+    results = [{**r, "tool_call_id": c.id} for r, c in zip(_results(turn), msg.tool_calls, strict=True)]
+    again_text, again_ids = render([*base, returned, *results])
+    assert again_text == full_text
+    assert again_ids == full_ids
+
+
+def test_the_round_trip_covers_every_family_with_a_template():
+    assert {"qwen3", "gemma4", "gpt_oss", "glm47", "kimi_k2", "deepseek_v31", "gemma3", "mistral"} <= set(FAMILIES)
+
+
+# -- the probe, per template ------------------------------------------------------------------
+
+# template -> (arguments as objects, null content for a call without text, calls rendered)
+SHAPES = {
+    "deepseek/chat_template.r1.jinja": (False, False, True),  # concatenates the string
+    "deepseek/chat_template.v3.jinja": (False, True, True),  # ... and renders calls only under null content
+    "deepseek/chat_template.v3.1.jinja": (False, False, True),
+    "deepseek/chat_template.v3.2.jinja": (True, False, True),
+    "gemma4/chat_template.jinja": (True, False, True),  # its own {k:<|"|>v<|"|>} from an object
+    "gemma4/chat_template.interleaved.jinja": (True, False, True),
+    "glm/chat_template.glm-4.6.jinja": (True, False, True),
+    "glm/chat_template.glm-4.7-flash.jinja": (True, False, True),
+    "gpt-oss/chat_template.jinja": (True, False, True),  # tojson: a string would be encoded twice
+    "kimi-k2/chat_template.kimi-k2.jinja": (True, False, True),
+    "kimi-k2/chat_template.kimi-k2-instruct.jinja": (True, False, True),
+    "kimi-k2/chat_template.kimi-k2-thinking.jinja": (True, False, True),
+    "llama3/chat_template.llama-3.1.jinja": (True, False, True),
+    "llama3/chat_template.llama-3.2.jinja": (True, False, True),
+    "mistral/chat_template.mistral-nemo-2407.jinja": (True, False, True),
+    "mistral/chat_template.mistral-small-3.2-2506.jinja": (True, False, True),
+    "mistral/chat_template.ministral-3-reasoning-2512.jinja": (True, False, True),
+    "qwen3/chat_template.jinja": (True, False, True),  # tojson of an object: the model's `{"k": "v"}`
+    "qwen3/chat_template.qwen3-coder.jinja": (True, False, True),
+    "gemma3/tokenizer_config.json.xz": (False, False, False),  # no calls, no tool role
+}
+
+
+@pytest.mark.parametrize("rel", sorted(SHAPES))
+def test_call_shape_per_template(rel):
+    path = model_path(rel)
+    if path.name.startswith("tokenizer_config"):
+        source = json.loads(lzma.open(path).read())["chat_template"]
+    else:
+        source = path.read_text(encoding="utf-8")
+    shape = _call_shape(source)
+    assert (shape.objects, shape.null_content, shape.renders) == SHAPES[rel]
+
+
+def test_gpt_oss_and_gemma4_history_is_their_own_syntax_not_a_json_string():
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "abcDEF123", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]}
+    conv = [{"role": "user", "content": "Weather?"}, call, {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny"}]
+    gpt = render_text(conv, template=_template(formats.get("gpt_oss")), tools=TOOLS, format="gpt_oss")
+    assert '<|message|>{"city": "Paris"}<|call|>' in gpt and '\\"city' not in gpt
+    gemma = render_text(conv, template=_template(formats.get("gemma4")), tools=TOOLS, format="gemma4",
+                        bos_token="<bos>")
+    assert '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>}<tool_call|>' in gemma
+
+
+def test_an_object_sent_for_a_string_template_becomes_its_json():
+    conv = [{"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]  # fmt: skip
+    text = render_text(conv, template=_template(formats.get("deepseek_v31")), bos_token="", eos_token="")
+    assert '<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜>' in text
+
+
+# -- Gemma 4: what follows tool results ---------------------------------------------------------
+
+
+def _gemma4_conversation(text: str) -> list[dict]:
+    return [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": text, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_gemma4_answers_inside_its_turn_after_tool_results(thinking):
+    source = _template(formats.get("gemma4"))
+    tok = chat_tokenizer("gemma4")
+    # calls without text: the model continues its own turn right after the results (template rule)
+    p = render_prompt(_gemma4_conversation(""), tokenizer=tok, template=source, tools=TOOLS, format="gemma4",
+                      enable_thinking=thinking)
+    assert p.text.endswith("<tool_response|>")
+    # calls with text: the template writes the text after the results and closes the turn; the
+    # model's answer then gets a model turn, as after any closed turn
+    p = render_prompt(_gemma4_conversation("Let me check."), tokenizer=tok, template=source, tools=TOOLS,
+                      format="gemma4", enable_thinking=thinking)
+    assert p.text.endswith("<tool_response|>Let me check.<turn|>\n<|turn>model\n")
+    assert p.token_ids[-2:] == [tok.single_token_id("<|turn>"), *tok.encode("model\n")][-2:]
+    kept = render_text(_gemma4_conversation("Let me check."), template=source, tools=TOOLS, format="gemma4",
+                       bos_token="<bos>", keep_empty_thinking=True, enable_thinking=thinking)
+    assert kept.endswith("<|turn>model\n" + ("" if thinking else "<|channel>thought\n<channel|>"))
+
+
+# -- templates that ignore tools, or have no tool role -------------------------------------------
+
+
+def test_ignored_tools_are_detected_per_template():
+    assert not template_support(_template(formats.get("deepseek_v31"))).tools
+    assert not template_support(_template(formats.get("gemma3"))).tools
+    assert template_support(_template(formats.get("qwen3"))).tools
+    assert template_support(_template(formats.get("deepseek_v31"))).results
+    assert not template_support(_template(formats.get("gemma3"))).results
+
+
+def test_deepseek_v31_gets_its_documented_tool_prompt_with_control_tokens_kept():
+    spec = formats.get("deepseek_v31")
+    tok = tokenizer("deepseek")
+    p = render_prompt([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"}],
+                      tokenizer=tok, template=_template(spec), tools=TOOLS, format="deepseek_v31")
+    assert p.text.startswith("<｜begin▁of▁sentence｜>Be brief.\n\n## Tools\nYou have access to the following tools:\n\n"
+                             "### get_weather\nDescription: Get the weather for a city\n\nParameters: {")
+    assert "### get_time" in p.text and "IMPORTANT: ALWAYS adhere to this exact format" in p.text
+    # the documented format's own control tokens are the model's tokens, not text
+    assert tok.single_token_id("<｜tool▁sep｜>") in p.token_ids
+    assert p.isolated_spans == []
+    # without tools the template's own rendering is untouched
+    plain = render_text([{"role": "user", "content": "Weather?"}], template=_template(spec), format="deepseek_v31",
+                        bos_token="", eos_token="")
+    assert "## Tools" not in plain
+
+
+def test_a_tool_name_with_a_delimiter_is_still_isolated_in_the_injected_prompt():
+    tok = tokenizer("deepseek")
+    tools = [{"type": "function", "function": {"name": "f", "description": "x<｜tool▁sep｜>y", "parameters": {}}}]
+    p = render_prompt([{"role": "user", "content": "q"}], tokenizer=tok, template=_template(formats.get("deepseek_v31")),
+                      tools=tools, format="deepseek_v31")
+    assert len(p.isolated_spans) == 1
+    s, e = p.isolated_spans[0]
+    assert tok.decode(p.token_ids[s:e]) == "<｜tool▁sep｜>"
+
+
+@pytest.mark.parametrize("family", ["deepseek_r1", "deepseek_v3"])
+def test_ignored_tools_without_a_documented_prompt_are_refused(family):
+    spec = formats.get(family)
+    with pytest.raises(PromptError, match="ignores the tool definitions.*--chat-template PATH"):
+        render_text([{"role": "user", "content": "q"}], template=_template(spec), tools=TOOLS, format=family,
+                    bos_token="", eos_token="")
+    # without a format (a library call) transformers' behaviour stays: the template decides
+    render_text([{"role": "user", "content": "q"}], template=_template(spec), tools=TOOLS, bos_token="", eos_token="")
+
+
+def test_gemma3_renders_calls_and_results_as_its_guide_describes():
+    tok = tokenizer("gemma3")
+    conv = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather",
+                                                              "arguments": '{"city": "Paris", "days": 2}'}},
+                {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "c2", "content": "noon"},
+            {"role": "user", "content": "And tomorrow?"}]  # fmt: skip
+    p = render_prompt(conv, tokenizer=tok, tools=TOOLS, format="gemma3")
+    assert p.text.startswith("<bos><start_of_turn>user\nYou have access to functions.")
+    assert '"name": "get_weather"' in p.text
+    assert ('<start_of_turn>model\n[get_weather(city="Paris", days=2), get_time(city="Paris")]<end_of_turn>\n'
+            "<start_of_turn>user\n```tool_output\nsunny\n```\n```tool_output\nnoon\n```\n\nAnd tomorrow?<end_of_turn>\n"
+            "<start_of_turn>model\n") in p.text
+    # the template itself refuses a tool role: without the family it is the template's error
+    with pytest.raises(PromptError, match="alternate"):
+        render_prompt(conv, tokenizer=tok, tools=TOOLS)
+
+
+def test_write_calls_pythonic_literals():
+    calls = [{"function": {"name": "f", "arguments": '{"s": "a\\"b", "t": true, "n": null, "x": [1.5, {"k": "v"}]}'}}]
+    assert write_calls("pythonic", calls) == '[f(s="a\\"b", t=True, n=None, x=[1.5, {"k": "v"}])]'
+
+
+# -- --chat-template -----------------------------------------------------------------------------
+
+
+def test_load_chat_template_checks_the_file(tmp_path):
+    good = tmp_path / "t.jinja"
+    good.write_text("{% for m in messages %}{{ m.content }}{% endfor %}", encoding="utf-8")
+    assert load_chat_template(good).startswith("{% for")
+    with pytest.raises(PromptError, match="cannot read"):
+        load_chat_template(tmp_path / "missing.jinja")
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}", encoding="utf-8")
+    with pytest.raises(PromptError, match="does not render"):
+        load_chat_template(bad)
+    (tmp_path / "empty.jinja").write_text("  \n", encoding="utf-8")
+    with pytest.raises(PromptError, match="empty"):
+        load_chat_template(tmp_path / "empty.jinja")

@@ -114,8 +114,8 @@ class HarmonyEngine(Engine):
         if kind == DROP:
             return None
         sink = self._sink
-        if not sink.started or sink._held or text[-1] in _WS:
-            return None
+        if self._join or not sink.started or sink._held or text[-1] in _WS:
+            return None  # a message's first text may need the newline that joins it
         return kind
 
     def _text(self, text: str, start: int) -> None:

@@ -98,6 +98,17 @@ class Engine:
         self._suspect_ops: list = []
         self._suspect_raw = 0
         self._rerun: list[Segment] = []  # segments to read again once the region is gone
+        # A call opened inside a reasoning block the model never closed: the segments since
+        # its opener, and its ops, held until what follows decides (README, Policies). None:
+        # no such call. `_thought_off`: the opener of a call that proved a thought, read
+        # again as reasoning text (a later call is decided afresh).
+        self._thought: list[Segment] | None = None
+        self._thought_ops: list = []
+        self._thought_off: Segment | None = None
+        # Token mode: an opener-less `<function=…>` after content, held until the region's
+        # close arrives as its token id (a call) or anything else says it was text
+        self._late: list[Segment] | None = None
+        self._late_off: Segment | None = None  # the opener of a hold that proved text
         # markers recognised only by their token id (set by the parser in token mode): a
         # region end among them is structural, never string text
         self.gated: frozenset[str] = frozenset()
@@ -111,6 +122,11 @@ class Engine:
     # ---- start state -------------------------------------------------------------
     def _start_state(self, prompt: str | None) -> None:
         spec = self.spec
+        opener = spec.prompt_opens_call
+        if opener is not None and (prompt is None or prompt.rstrip(_WS).endswith(opener)):
+            # tentative: output that names no recipient is content, every character kept
+            self._open_region(CONTENT, tentative=True, opener=opener)
+            return
         if prompt is not None and (spec.reasoning_open or spec.reasoning_close):
             last_open = max((prompt.rfind(m) for m in spec.reasoning_open), default=-1)
             last_close = max((prompt.rfind(m) for m in spec.reasoning_close), default=-1)
@@ -128,6 +144,14 @@ class Engine:
 
     # ---- input ---------------------------------------------------------------------
     def segment(self, seg: Segment) -> None:
+        if self._late is not None and not self._after_late(seg):
+            self._read_again()
+            return
+        if self._thought is not None and self._mode == REASONING and not self._after_thought(seg):
+            self._read_again()
+            return
+        if self._thought is not None:
+            self._thought.append(seg)
         if self._suspect is not None:
             self._suspect.append(seg)
         if isinstance(seg, Text):
@@ -143,6 +167,70 @@ class Engine:
             for seg in segs:
                 self.segment(seg)
 
+    # ---- an opener-less call after content (token mode) ----------------------------------
+    def _after_late(self, seg: Segment) -> bool:
+        """`seg` follows a held `<function=…>` in content. False: held (or, at the region's
+        close by its id, read as the call region it was); True: the hold ended as text."""
+        if isinstance(seg, Marker) and seg.text in self._c_close and seg.text in self.gated:
+            segs, self._late = self._late, None
+            self.out.append(Dropped("", f"no {min(self._c_open)} before {segs[0].text}…{seg.text}: a call (repaired)"))
+            self._open_region(CONTENT, opener=segs[0].text)
+            self._rerun = [*segs, seg, *self._rerun]
+            return False
+        if isinstance(seg, Text) or (seg.text in self._call_markers and seg.text not in self._c_open):
+            self._late.append(seg)
+            return False
+        self._late_text([seg])
+        return False
+
+    def _late_text(self, more: list[Segment]) -> None:
+        """The held `<function=…>` was text: everything held is read again as content."""
+        segs, self._late = self._late, None
+        self._late_off = segs[0]
+        self._rerun = [*segs, *more, *self._rerun]
+
+    # ---- a call inside reasoning that was never closed ----------------------------------
+    def _after_thought(self, seg: Segment, *, recorded: bool = False) -> bool:
+        """`seg` follows the held call(s) of an unclosed reasoning block. False: it was
+        taken here (whitespace, or a further call opening); True: read it as usual, the
+        held calls having been released (the end of the turn) or turned back into
+        reasoning text (anything else)."""
+        keep = [] if recorded else [seg]
+        if isinstance(seg, Text):
+            if not seg.text.strip(_WS):
+                self._thought += keep
+                return False
+        elif seg.text in self._c_open:
+            self._thought += keep
+            self._open_region(REASONING, opener=seg.text)
+            return False
+        elif seg.text in self._end:
+            self._thought_release()
+            return True
+        elif not seg.known:
+            return True  # dropped either way
+        self._thought_abandon(keep)
+        return False
+
+    def _thought_release(self) -> None:
+        """The calls were the model's last act: they are calls."""
+        ops, self._thought_ops, self._thought = self._thought_ops, [], None
+        close = self.spec.reasoning_close[0] if self.spec.reasoning_close else "the reasoning block's end"
+        self._apply([Junk("", f"no {close} before the call: the reasoning ends there (repaired)"), *ops])
+
+    def _thought_abandon(self, more: list[Segment]) -> None:
+        """What followed the calls (reasoning text, `</think>`) or a call that failed shows
+        they were thought about: everything since the first is read again as reasoning."""
+        segs, self._thought, self._thought_ops = self._thought, None, []
+        if self._region is not None:
+            self._region.give_back = ""
+            self._region = None
+        self._raw = []
+        self._forget_call()
+        self._mode = REASONING
+        self._thought_off = segs[0]
+        self._rerun = segs + more + self._rerun
+
     def take_plain(self, text: str, start: int) -> str | None:
         """Fast lane for a text segment that surely just continues the open field: no
         region, label, held start or content filter is involved, the field has begun, it
@@ -156,6 +244,8 @@ class Engine:
         the same way until the engine is fed otherwise (taking text changes nothing it
         checks): the parser's hot lane relies on that, and tells it of a run at once."""
         mode = self._mode
+        if self._thought is not None or self._late is not None:
+            return None  # segments are being held and recorded
         if mode == REASONING:
             if self._block_empty or self._label is not None:
                 return None
@@ -207,6 +297,11 @@ class Engine:
                 back = region.give_back  # the tail of what it read that was not its own
                 if used >= len(text) and not back:
                     return
+                if self._thought is not None:  # the region ended itself after a held call
+                    self._close_region()
+                    if (back + text[used:]).strip(_WS):
+                        self._thought_abandon([])  # more reasoning: it was a thought
+                    return  # whitespace: still undecided (the segment is recorded)
                 self._close_region()
                 text, start = back + text[used:], start + used - len(back)
                 continue
@@ -232,6 +327,10 @@ class Engine:
             if mode == CONTENT and self._start_held is None and not self._content.started:
                 self._release_label()
                 self._open_region(CONTENT, tentative=True, opener=m)
+            elif mode == CONTENT and seg is not self._late_off and self._c_close & self.gated:
+                # after content: a call only if it ends in the region's close by its token id
+                self._late = [seg]
+                return
             self._on_text(m, seg.start)
             return
         if mode == REGION:
@@ -240,7 +339,7 @@ class Engine:
             if ends and m in self.gated:
                 pass  # arrived as its token id: the region's end, even inside a string
             elif self._region.marker(m):
-                if ends and self._suspect is None and self._replay is None and self._region.in_call:
+                if ends and self._suspect is None and self._thought is None and self._replay is None and self._region.in_call:
                     self._suspect = []
                     self._suspect_raw = len(self._raw)
                 if self._replay is not None:
@@ -255,7 +354,9 @@ class Engine:
                     self._orphan(m)  # the region was not a call after all
             elif m in self._c_open:
                 self._raw.pop()
-                self._end_region(truncated=True)
+                if self._raw or self._region.ops or self._region.in_call:
+                    self._end_region(truncated=True)
+                # else: nothing read yet (a region the prompt opened): the marker reopens it
                 self._open_region(self._region_return, opener=m)
             elif m in self._end:
                 # the model ended its turn: an unfinished call is malformed, not cut short
@@ -267,6 +368,8 @@ class Engine:
                 # skipped) ends here, and the marker means what it means outside it
                 self._raw.pop()
                 self._end_region(truncated=False)
+                if self._thought is not None and self._mode == REASONING and not self._after_thought(seg, recorded=True):
+                    return
                 self._on_marker(seg)
             else:
                 self._raw.pop()
@@ -284,6 +387,13 @@ class Engine:
                 # a call before any reasoning: the model skipped thinking (an empty block)
                 self._release_label()
                 self._open_region(CONTENT, opener=m)
+            elif m in self._c_open and seg is not self._thought_off and not self.spec.calls_inside_reasoning:
+                # Held: a call followed only by the end of the output, the end of the turn or
+                # further calls is a call (the model skipped `</think>`); one followed by more
+                # reasoning or by `</think>` was the model thinking about it (below).
+                self._release_label()
+                self._thought = [seg]
+                self._open_region(REASONING, opener=m)
             elif m in self._call_markers and not self.spec.calls_inside_reasoning:
                 # Every other family's documented format puts calls after the block
                 # ends: a call written inside it is the model thinking about a call.
@@ -440,10 +550,13 @@ class Engine:
         """Close the region; False when it was a tentative one that proved no call."""
         region = self._region
         region.close(truncated=truncated)
-        if self._suspect is not None:
+        if self._suspect is not None or self._thought is not None:
             self._drain()
             if self._region is not region:
-                return True  # the region had ended at the suspected marker
+                return True  # the region had ended at the suspected marker, or was thought
+            if self._thought is not None and region.give_back.strip(_WS):
+                self._thought_abandon([])  # text after the call, in the same segment
+                return True
         if self._replay is not None:
             if region.verdict is None:
                 region.verdict = False
@@ -467,6 +580,11 @@ class Engine:
         (stream_arguments) piece by piece from its start."""
         region = self._region
         ops, region.ops = region.ops, []
+        if self._thought is not None:
+            self._thought_ops += ops
+            if any(isinstance(op, Fail) for op in ops):
+                self._thought_abandon([])
+            return
         if self._suspect is not None:
             self._suspect_ops += ops
             first = next((op for op in self._suspect_ops if isinstance(op, End | Fail)), None)
@@ -557,8 +675,13 @@ class Engine:
     def finish(self, *, cut: bool = True) -> None:
         """End of output. `cut`: it may have been cut short (max tokens) rather than
         ended by the model, so an unfinished call counts as truncated."""
-        while self._mode == REGION:  # a region end inside a string may open another
-            self._end_region(truncated=cut)
+        while self._mode == REGION or self._thought is not None or self._late is not None:
+            if self._late is not None:
+                self._late_text([])
+            elif self._mode == REGION:  # a region end inside a string may open another
+                self._end_region(truncated=cut)
+            elif self._thought is not None:  # the calls ended the output: they are calls
+                self._thought_release()
             self._read_again()
         self._flush_start_held()
         self._release_label()

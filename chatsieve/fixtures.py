@@ -345,3 +345,34 @@ def check_paths(paths: list[str | Path], tokenizer_for: Callable[[str], Any] | N
             n += 1
             failures += check_case(case, tokenizer_for)
     return n, failures
+
+
+@dataclass
+class FormatTally:
+    """Cases of one format and how many passed."""
+
+    format: str
+    cases: int = 0
+    passes: int = 0
+
+
+def tally(cases: list[Case], failures: list[Failure]) -> list[FormatTally]:
+    """Per format (the spec's name, aliases folded), cases and passes, by format name."""
+    from . import formats
+
+    failed = {id(f.case) for f in failures}
+    out: dict[str, FormatTally] = {}
+    for c in cases:
+        name = formats.get(c.format).name
+        t = out.setdefault(name, FormatTally(name))
+        t.cases += 1
+        t.passes += id(c) not in failed
+    return [out[k] for k in sorted(out)]
+
+
+def tally_table(rows: list[FormatTally]) -> str:
+    """The tally as a plain-text table, with a total line."""
+    lines = [f"{'format':<18} {'cases':>6} {'passes':>6}"]
+    lines += [f"{r.format:<18} {r.cases:>6} {r.passes:>6}{'' if r.passes == r.cases else '  <- FAILING'}" for r in rows]
+    lines.append(f"{'total':<18} {sum(r.cases for r in rows):>6} {sum(r.passes for r in rows):>6}")
+    return "\n".join(lines)

@@ -61,6 +61,9 @@ class FormatSpec:
     call_open: tuple[str, ...] = ()  # markers that open a call region
     call_close: tuple[str, ...] = ()  # markers that close it
     codec: Callable[[CallContext], RegionCodec] | None = None
+    # the call marker the template's generation prompt ends with (Functionary v3.2's `>>>`):
+    # without a prompt saying otherwise, the output starts inside that call region
+    prompt_opens_call: str | None = None
     inner: tuple[str, ...] = ()  # markers meaningful only inside a call region
     # plain-text call openings (never gated, so the codec must confirm them):
     text_call_open: tuple[str, ...] = ()  # anywhere in content, e.g. "<function="

@@ -131,8 +131,8 @@ def coerce_raw(raw: str, schema: Mapping[str, Any] | None) -> Any:
             return v
     if "boolean" in types and s.lower() in ("true", "false"):
         return s.lower() == "true"
-    if "null" in types and s.lower() in _NULLS:
-        return None
+    if "null" in types and (s == "null" if "string" in types else s.lower() in _NULLS):
+        return None  # string-or-null: only JSON's null is null (`None`, `NULL`, `nil` are text)
     if "string" in types:
         return raw
     if not types or types & {"object", "array"}:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .base import CallContext, RegionCodec, valid_function_name
+from .base import CallContext, Junk, RegionCodec, valid_function_name
 from .json import JsonScanner
 
 _WS = " \t\r\n"
@@ -55,6 +55,10 @@ class SectionCodec(RegionCodec):
         self._sc: JsonScanner | None = None
         self._trail: list[str] = []
         self._error: str | None = None
+        if ctx.opener == self.call_begin:  # the region opens at the first call's begin marker
+            self._repaired(f"no {self.section_begin} before the call")
+            self._seen = True
+            self._begin_head()
 
     # ---- interface ---------------------------------------------------------------------
     def feed(self, text: str) -> int:
@@ -66,9 +70,11 @@ class SectionCodec(RegionCodec):
                     i += 1
                 if i == n:
                     return n
-                if self._seen:
-                    return i  # text after a finished call: the section ended unmarked
+                if self._seen:  # text after a finished call: the section ended unmarked
+                    self._repaired(f"no {self.section_end} after the calls: the text after them is not a call")
+                    return i
                 self._seen = True  # the section's first text: a call whose begin marker is missing
+                self._repaired(f"no {self.call_begin} before the call")
                 self._begin_head()
                 continue
             if st == HEAD:
@@ -113,6 +119,7 @@ class SectionCodec(RegionCodec):
                 self._head_done("".join(self._head).strip(_WS))
             elif st == BETWEEN:
                 self._seen = True
+                self._repaired(f"no {self.call_begin} before the call")
                 self._begin_head()
                 self._head_done("")
             else:
@@ -172,6 +179,10 @@ class SectionCodec(RegionCodec):
         self.start(name, native_id)
         return True
 
+    def _repaired(self, what: str) -> None:
+        """A repair: reported, with nothing shown or lost."""
+        self.ops.append(Junk("", f"{what} (repaired)"))
+
     def _err(self, why: str) -> None:
         if self._error is None:
             self._error = why
@@ -186,6 +197,8 @@ class SectionCodec(RegionCodec):
             self._prelude_end()
             st = self._st
         if st == TRAIL:
+            if cut:
+                self._repaired(f"no {self.call_end} after the call's arguments")
             self.end()
             trail = "".join(self._trail)
             if not _TRAIL.fullmatch(trail):

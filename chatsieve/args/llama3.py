@@ -181,7 +181,10 @@ class JsonCallSequence(RegionCodec):
             for op in ops:
                 name = getattr(op, "name", None)
                 if name is not None:
-                    self.verdict = name in self.ctx.tools
+                    # an explicit call marker (`functools[`) never depends on declared tools;
+                    # a bare JSON reply (`{`, `[`) is a call only when it names one
+                    opener = (self.ctx.opener or "").lstrip()
+                    self.verdict = name in self.ctx.tools or opener[:1] not in ("", "{", "[")
                     break
             else:
                 if obj.failed:

@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from ..tools import coerce_raw, items_schema, property_schema, schema_types
-from .base import CallContext, RegionCodec
+from .base import CallContext, Junk, RegionCodec
 
 NS = "]<]minimax[>["
 _WS = " \t\r\n"
@@ -218,25 +218,25 @@ class MiniMaxM3CallCodec(RegionCodec):
         self._stack.pop()
         value = self._value(el)
         parent = self._stack[-1]
-        if len(self._stack) == 1:  # a parameter: it goes out now
-            if name in self._keys:
-                self._err(f"parameter {name!r} given twice")
-                return
+        if len(self._stack) == 1:  # a parameter: it goes out now (a repeat: the engine's rule)
             self.args(("," if self._keys else "") + json.dumps(name, ensure_ascii=False) + ":" + _dump(value))
             self._keys.add(name)
         elif isinstance(parent.container, list):
             parent.container.append(value)
-        elif name in parent.container:
-            self._err(f"element <{name}> given twice in <{parent.tag}>")
         else:
+            if name in parent.container:  # the last value wins, as for any repeated key
+                why = f"repeated argument {name!r} in <{parent.tag}>: the later value is kept"
+                self.ops.append(Junk(_dump(parent.container.pop(name)), why))
             parent.container[name] = value
 
     @staticmethod
     def _value(el: _Element) -> Any:
         if el.container is not None:
             return el.container
-        raw = "".join(el.text).rstrip(_WS)
         types = schema_types(el.schema)
+        raw = "".join(el.text)
+        if not (types and types <= {"string"}):
+            raw = raw.rstrip(_WS)  # a declared string keeps its trailing whitespace
         if not raw.strip(_WS) and types and types <= {"object", "array", "null"}:
             return [] if "array" in types else {} if "object" in types else None
         return coerce_raw(raw, el.schema)

@@ -134,8 +134,8 @@ class NamedJsonCodec(RegionCodec):
         name = "".join(self._name).strip(_WS)
         if name == self.content_name:
             self._st = DONE
-            if self.verdict is None:
-                self.verdict = False
+            if self.verdict is None:  # the recipient header the prompt asked for: consumed
+                self.verdict = True
             return True
         if not _NAME.fullmatch(name):
             self._err(f"no valid function name in {name[:40]!r}")

@@ -11,7 +11,7 @@ import json
 import re
 import unicodedata
 
-from .base import CallContext, RegionCodec, json_string_body, valid_function_name
+from .base import Args, CallContext, End, RegionCodec, Start, json_string_body, valid_function_name
 from .json import _NUMBER as JSON_NUMBER
 
 _WS = " \t\r\n"
@@ -522,3 +522,32 @@ class PythonicCallCodec(RegionCodec):
             self._error = why
         if self.verdict is None:
             self.verdict = False
+
+
+def python_literal_json(raw: str) -> str | None:
+    """A Python literal (`{'a': 1}`, `[True, None]`, `('x', 2)`) as compact JSON text, read
+    by this codec's own literal parser (never `eval`); None when `raw` is not one literal."""
+    body = raw.strip()
+    if not body or len(body) > 1_000_000:
+        return None
+    codec = PythonicCallCodec(CallContext())
+    used = codec.feed(f"[_(v={body})]")
+    codec.close(truncated=False)
+    if used != len(body) + 7 or codec._st != DONE:
+        return None
+    parts = []
+    starts = 0
+    for op in codec.ops:
+        if isinstance(op, Start):
+            starts += 1
+        elif isinstance(op, Args):
+            parts.append(op.json_text)
+        elif not isinstance(op, End):
+            return None
+    if starts != 1:  # `1), g(x=2`: more than one literal
+        return None
+    text = "".join(parts)
+    prefix = '{"v":'
+    if not (text.startswith(prefix) and text.endswith("}")):
+        return None
+    return text[len(prefix) : -1]

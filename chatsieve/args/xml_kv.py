@@ -29,6 +29,7 @@ from typing import Any
 
 from ..tools import JSON_NUMBER, coerce_json, json_text, property_schema, schema_types
 from .base import CallContext, Junk, RegionCodec, json_string_body, valid_function_name
+from .pythonic import python_literal_json
 
 _WS = " \t\r\n"
 _NAME = re.compile(r"[^\s<>\"'{}\[\],]+")
@@ -59,6 +60,14 @@ class XmlKvSyntax:
     quoted: bool = False  # names and keys are `"X"` attributes: the quotes are removed
     string_attr: bool = False  # a `string="true|false"` attribute: raw text, or JSON
     structural: tuple[str, ...] = ()  # markers never literal inside a value (the region's end)
+
+    @cached_property
+    def tags(self) -> frozenset[str]:
+        """Every tag of the call syntax."""
+        return frozenset(
+            t for t in (self.call_open, *self.name_close, self.call_close, self.key_open, self.key_close,
+                        self.value_open, self.value_close) if t
+        )
 
     @cached_property
     def stops(self) -> dict[str, tuple[str, ...]]:
@@ -150,6 +159,8 @@ class XmlKvCodec(RegionCodec):
         self._cur_key = ""  # the parameter whose value is being read
         self._given: set[str] = set()  # the parameters the current call has so far
         self._peek_tag = ""  # PEEK: the tag inside the value being decided
+        # token mode, VALUE_CLOSE a control token: a tag spelled inside a value is its text
+        self._value_gated = self.syntax.value_close in ctx.gated
 
     # ---- interface -------------------------------------------------------------------
     def feed(self, text: str) -> int:
@@ -174,12 +185,25 @@ class XmlKvCodec(RegionCodec):
         return json_string_body(text)
 
     def marker(self, marker: str) -> bool:
-        if self._st == PEEK and marker in self.syntax.structural:
+        syn = self.syntax
+        if self._st == PEEK and marker in syn.structural:
             held, self._held = self._held, ""
             self._scan(held, final=True)  # the region ends here: the held tag is decided
             return False
-        if self._st in (VALUE, PEEK) and marker not in self.syntax.structural:
+        if marker == syn.value_close and marker in self.ctx.gated and self._st in (VALUE, PEEK):
+            # VALUE_CLOSE by its token id: the value ends here, whatever follows; what the
+            # value held back (a tag spelled in it) is its text
+            held, self._held = self._held, ""
+            self._st = VALUE
+            self._value_text(held)
+            self._value_done()
+            self._st = ARGS
+            return True
+        if self._st in (VALUE, PEEK) and marker not in syn.structural:
             self.feed(marker)  # a delimiter inside a value is just text
+            return True
+        if marker in syn.tags:
+            self.feed(marker)  # one of the call's own tags (a marker only to gate it by id)
             return True
         return False
 
@@ -263,6 +287,10 @@ class XmlKvCodec(RegionCodec):
                 return None
             self._text(buf[i : m.start()])
             if self._st != st or self.verdict is False:
+                continue
+            if st == VALUE and self._value_gated:
+                self._value_text(m.group())  # spelled: only VALUE_CLOSE's token id ends the value
+                i = m.end()
                 continue
             if st == VALUE:
                 self._peek_tag = m.group()
@@ -361,6 +389,10 @@ class XmlKvCodec(RegionCodec):
             self._name_done()
             if self._st != ARGS:
                 return
+            # `<function=NAME<parameter=`; a separator (Hunyuan's `<tool_sep>`) may be left
+            # out when no parameter follows
+            if syn.call_open and t not in syn.name_close and (t == syn.key_open or syn.name_close[0] == ">"):
+                self.ops.append(Junk("", f"no {syn.name_close[0]} after the function name {self._name!r} (repaired)"))
             if t == syn.key_open:
                 self._confirm()
                 self._st = KEY
@@ -438,11 +470,17 @@ class XmlKvCodec(RegionCodec):
         self._nargs += 1
 
     def _value_begin(self) -> None:
-        if self._key_kind is not None:
-            self._streaming = self._key_kind == "true"
+        # the schema types the value; DSML's `string="true|false"` decides only where the
+        # schema says nothing
+        types = schema_types(self._key_schema)
+        if types:
+            self._streaming = types <= {"string"}
+            if self._key_kind is not None and (self._key_kind == "true") != self._streaming:
+                why = f"{self._cur_key!r}: string={self._key_kind} disagrees with the schema; typed by the schema"
+                self.ops.append(Junk("", why))
+            self._key_kind = None
         else:
-            types = schema_types(self._key_schema)
-            self._streaming = bool(types) and types <= {"string"}
+            self._streaming = self._key_kind == "true"
         self._v_started = False
         self._v_hold = ""
         self._v_nl = True  # the value so far is empty or ends a line
@@ -480,6 +518,14 @@ class XmlKvCodec(RegionCodec):
         if self._key_kind == "false":  # DSML `string="false"`: the value is JSON
             self.args(_raw_json(raw) or coerce_json(raw, self._key_schema))
             return
+        types = schema_types(self._key_schema)
+        if types & {"object", "array"} and "string" not in types and _raw_json(raw) is None:
+            literal = python_literal_json(raw)  # `{'a': 1}`: read as Python, never eval'd
+            want = ("{" if "object" in types else "") + ("[" if "array" in types else "")
+            if literal is not None and literal[:1] in want:
+                self.ops.append(Junk("", f"{self._cur_key!r}: a Python literal, read as JSON (repaired)"))
+                self.args(literal)
+                return
         self.args(coerce_json(raw, self._key_schema))
 
     # ---- helpers ---------------------------------------------------------------------------

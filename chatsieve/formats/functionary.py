@@ -59,6 +59,7 @@ FUNCTIONARY_V32 = FormatSpec(
     ),
     call_open=(">>>",),
     codec=FunctionaryV32Codec,
+    prompt_opens_call=">>>",  # the template's generation prompt ends with `>>>`
     end=_END,
     strip=_STRIP,
     reasoning_doc="none",

@@ -32,6 +32,9 @@ GLM45 = FormatSpec(
     call_open=("<tool_call>",),
     call_close=("</tool_call>",),
     codec=xml_kv_codec("GlmCallCodec", GLM_SYNTAX),
+    # control tokens in GLM's vocabulary: as markers they are gated by id in token mode,
+    # where only `</arg_value>`'s id ends a value (a spelled one is the value's text)
+    inner=("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
     end=_END,
     strip=("<|assistant|>",),
     template="glm/chat_template.glm-4.6.jinja",

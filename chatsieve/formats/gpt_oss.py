@@ -115,7 +115,7 @@ class HarmonyEngine(Engine):
             return None
         sink = self._sink
         if self._join or not sink.started or sink._held or text[-1] in _WS:
-            return None
+            return None  # a message's first text may need the newline that joins it
         return kind
 
     def _text(self, text: str, start: int) -> None:

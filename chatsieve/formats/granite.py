@@ -15,14 +15,16 @@ GRANITE = FormatSpec(
     name="granite",
     description="IBM Granite 3.x (plain-text thought process / response; <|tool_call|> JSON lists)",
     aliases=("granite3", "granite-3", "granite-3.1", "granite-3.2", "granite-3.3", "granite_3"),
-    reasoning_open=("Here is my thought process:", "Here's my thought process:"),
-    reasoning_close=("Here is my response:", "Here's my response:"),
+    # 3.0-3.2 write the plain-text headers; 3.3 writes `<think>…</think><response>…</response>`
+    reasoning_open=("Here is my thought process:", "Here's my thought process:", "<think>"),
+    reasoning_close=("Here is my response:", "Here's my response:", "</think>"),
     default_thinking=False,  # `thinking=True` in the template asks for it; the model writes the header
     call_open=("<|tool_call|>",),
     codec=JsonCallsCodec,
     end=("<|end_of_text|>", "<|start_of_role|>"),
-    strip=("<|end_of_role|>",),
-    reasoning_doc="plain text `Here is my thought process:` … `Here is my response:` (when asked)",
+    strip=("<|end_of_role|>", "<response>", "</response>"),
+    reasoning_doc="plain text `Here is my thought process:` … `Here is my response:`, or (3.3) "
+    "`<think>…</think><response>…</response>` (when asked)",
     calls_doc='`<|tool_call|>[{"name", "arguments"}, …]` (no closing marker)',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template="llama.cpp/models/templates/ibm-granite-granite-3.3-2B-Instruct.jinja",

@@ -44,9 +44,6 @@ SWITCHES = {
 # templates that print each tool with `|string` (a Python repr): isolation cannot align
 # delimiters in a tool description and fails closed (PromptError) instead
 REPR_TOOLS = {"apriel"}
-# the generation prompt ends in ">>>", which functionary_v32's spec does not read as the
-# start of the reply: a call after it stays content (its own issue)
-PROMPT_OPENED = {"functionary_v32"}
 # templates whose generation prompt is there whether add_generation_prompt is true or not
 ALWAYS_OPEN = {"cohere_command"}
 
@@ -133,11 +130,7 @@ def test_the_thinking_switch_changes_the_generation_prompt(name):
     assert text[on] != text[off], f"{name}: {var}={on!r} and {off!r} render the same prompt"
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="prompt ends in >>>")) if n in PROMPT_OPENED
-     else n for n in FAMILIES],
-)  # fmt: skip
+@pytest.mark.parametrize("name", FAMILIES)
 def test_history_renders_back_what_the_model_generated(name):
     """The assistant tool call, rendered as history after the generation prompt, is text the
     family's parser reads back as that call: chatsieve's returned message round-trips."""

@@ -797,15 +797,15 @@ def test_invalid_json_and_unknown_route(qwen_servers):
 def test_prompt_and_template_errors_are_400_with_the_reason(qwen_servers, monkeypatch, error, code):
     import jinja2
 
+    from chatsieve import preparation
     from chatsieve.prompt import PromptError
-    from chatsieve.server import app as app_module
 
     def refuse(*a, **kw):
         if error == "prompt":
             raise PromptError("delimiter '<tool_call>' cannot be isolated")
         raise jinja2.TemplateError("cannot be isolated: roles must alternate")
 
-    monkeypatch.setattr(app_module, "render_prompt", refuse)
+    monkeypatch.setattr(preparation, "render_prompt", refuse)
     r = httpx.post(
         qwen_servers["vllm"] + "/v1/chat/completions",
         json={"model": MODEL, "messages": user("[q:answer]")},

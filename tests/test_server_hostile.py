@@ -163,17 +163,17 @@ def test_health_answers_while_a_request_is_prepared(llamacpp_server, monkeypatch
     # The preparation of a worst-case request (a grammar for a deeply nested schema, which took
     # minutes before it was linear) is held inside the grammar builder until /health has answered:
     # on the event loop, /health could not answer until it finished.
-    from chatsieve.server import app as app_module
+    from chatsieve import preparation
 
     started, health_done = threading.Event(), threading.Event()
-    real = app_module.constraint_plan
+    real = preparation.constraint_plan
 
     def held(*a, **kw):
         started.set()
         health_done.wait(30)
         return real(*a, **kw)
 
-    monkeypatch.setattr(app_module, "constraint_plan", held)
+    monkeypatch.setattr(preparation, "constraint_plan", held)
     body = {"messages": user("[answer]"), "tools": [deep_tool(14)], "tool_choice": "required", **NO_THINK}
     result: list[httpx.Response] = []
     worker = threading.Thread(target=lambda: result.append(post(llamacpp_server, body)))

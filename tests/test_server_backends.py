@@ -50,6 +50,7 @@ def engine(qwen, answer_ids):
     scripts = {
         "[case:b1]": Script(answer_ids, batch=1),
         "[case:b3]": Script(answer_ids, batch=3),
+        "[case:slow]": Script(answer_ids, batch=1, delay=0.05),
         "[case:all]": Script(answer_ids, batch=len(answer_ids)),
         "[case:status]": Script(answer_ids, fail="status"),
         "[case:reject]": Script(answer_ids, fail="reject"),
@@ -241,7 +242,10 @@ def test_finished_generations_reuse_one_engine_connection(engine, qwen, answer_i
             assert [t async for b in backend.generate(req) for t in b.token_ids] == answer_ids
         assert (client.opened, client.idle()) == (1, 1)
         # leaving a generation early (a local stop, a client gone) closes its connection: the abort
-        async with contextlib.aclosing(backend.generate(req)) as stream:
+        # (paced, so the answer cannot have arrived whole in the first read, which makes the
+        # connection reusable after all)
+        slow = GenerationRequest(_prompt(qwen, "[case:slow]"), stop_token_ids=(IM_END,))
+        async with contextlib.aclosing(backend.generate(slow)) as stream:
             async for _ in stream:
                 break
         assert client.idle() == 0

@@ -206,7 +206,10 @@ def fixture_cases():
     for family in FAMILIES:
         for f in sorted(glob.glob(str(REPO / "tests/fixtures" / family / "*.yaml"))):
             for case in load_cases(f):
-                out.append(pytest.param(case, id=f"{case.file}::{case.name}"))
+                # vLLM hands the plugin token ids: a text-mode-only case (its text would encode to
+                # control ids it is written not to have) has its spelled twin among the others
+                if case.token_mode:
+                    out.append(pytest.param(case, id=f"{case.file}::{case.name}"))
     return out
 
 

@@ -367,7 +367,10 @@ class Engine:
                 # between calls: the region (say a section whose end marker the model
                 # skipped) ends here, and the marker means what it means outside it
                 self._raw.pop()
+                held = self._thought is not None
                 self._end_region(truncated=False)
+                if held and self._thought is None:
+                    return  # the held call proved a thought: its segments, this marker too, are read again
                 if self._thought is not None and self._mode == REASONING and not self._after_thought(seg, recorded=True):
                     return
                 self._on_marker(seg)

@@ -501,24 +501,8 @@ def forced_calls(
     """The constraint that forces calls: the family's own syntax where the engine's grammar can
     express it (llama.cpp names control tokens; pythonic and Llama 3 JSON need none), else a JSON
     list of calls (`chatsieve.call_list`), which every engine takes as a JSON Schema."""
-    from .call_list import call_list_schema
-
-    try:
-        return Constraint("grammar", grammar=call_grammar(
-            format, tools, engine=engine, token_id=token_id, parallel=parallel, thinking=thinking))
-    except GrammarTooLarge:
-        raise  # a bound on the request's schemas, not something another constraint can work around
-    except GrammarError as own:
-        spec = get_format(format)
-        end = _reasoning_end(spec, thinking)
-        if end is not None and engine in TOKEN_GRAMMAR_ENGINES:
-            raise GrammarError(
-                f"tool_choice for format {spec.name!r} with thinking on: {own}; turn thinking off "
-                "(chat_template_kwargs.enable_thinking: false)"
-            ) from None
-        check_schema_size(tools)
-        return Constraint("json_schema", schema=call_list_schema(tools, parallel=parallel), calls=True,
-                          reasoning_end=end, answer_prefix=_answer_prefix(spec) if end else None)
+    return _calls_constraint(format, engine=engine, tools=tools, token_id=token_id, parallel=parallel,
+                             thinking=thinking, answer_schema=None, what="tool_choice")
 
 
 def calls_or_answer(
@@ -535,13 +519,30 @@ def calls_or_answer(
     an answer without calls must match the schema. The family's calls or the JSON in one grammar
     where the engine can express the calls; else a JSON Schema `anyOf` [a list of calls, the
     answer] (a reply that is a list of calls is parsed as the calls, any other as the content)."""
+    return _calls_constraint(format, engine=engine, tools=tools, token_id=token_id, parallel=parallel,
+                             thinking=thinking, answer_schema=answer.schema or {"type": "object"},
+                             what="tools with response_format")
+
+
+def _calls_constraint(
+    format: str | FormatSpec,
+    *,
+    engine: str,
+    tools: Sequence[Mapping[str, Any]],
+    token_id: Callable[[str], int | None] | None,
+    parallel: bool,
+    thinking: bool | None,
+    answer_schema: Mapping[str, Any] | None,
+    what: str,
+) -> Constraint:
+    """The family's calls (or, with `answer_schema`, the calls or that answer) in one grammar where
+    the engine can express them, else as a JSON Schema for a list of calls (`anyOf` the answer)."""
     from .call_list import call_list_schema
 
-    answer_schema = answer.schema or {"type": "object"}
+    extra = {} if answer_schema is None else {"answer_schema": answer_schema}
     try:
         return Constraint("grammar", grammar=call_grammar(
-            format, tools, engine=engine, token_id=token_id, parallel=parallel, thinking=thinking,
-            answer_schema=answer_schema))
+            format, tools, engine=engine, token_id=token_id, parallel=parallel, thinking=thinking, **extra))
     except GrammarTooLarge:
         raise  # a bound on the request's schemas, not something another constraint can work around
     except GrammarError as own:
@@ -549,11 +550,13 @@ def calls_or_answer(
         end = _reasoning_end(spec, thinking)
         if end is not None and engine in TOKEN_GRAMMAR_ENGINES:
             raise GrammarError(
-                f"tools with response_format for format {spec.name!r} with thinking on: {own}; turn thinking "
-                "off (chat_template_kwargs.enable_thinking: false)"
+                f"{what} for format {spec.name!r} with thinking on: {own}; turn thinking off "
+                "(chat_template_kwargs.enable_thinking: false)"
             ) from None
         check_schema_size(tools)
-        schema = {"anyOf": [call_list_schema(tools, parallel=parallel), answer_schema]}
+        schema = call_list_schema(tools, parallel=parallel)
+        if answer_schema is not None:
+            schema = {"anyOf": [schema, answer_schema]}
         return Constraint("json_schema", schema=schema, calls=True, reasoning_end=end,
                           answer_prefix=_answer_prefix(spec) if end else None)
 

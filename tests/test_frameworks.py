@@ -90,6 +90,7 @@ try:
     import pydantic_ai  # noqa: F401
 except ImportError as e:
     _missing("pydantic-ai", e)
+import pydantic  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 MODEL = "fw-model"
@@ -166,6 +167,23 @@ def _how(family: str, engine: str, own_grammar: bool) -> str:
     return "two"
 
 
+def _call_turn(key: str, reasoning: str, family: str, how: str, name: str, args: dict, index: int = 0) -> Turn:
+    """A turn whose output is one call: the family's own syntax, or the JSON call list."""
+    return Turn(key, reasoning, _own_call(family, name, args), json.dumps([{"name": name, "arguments": args}]),
+                how, index)
+
+
+def _weather_turn(key: str, reasoning: str, family: str, how: str, index: int = 0) -> Turn:
+    """A turn whose output is WEATHER_JSON as the answer's content."""
+    return Turn(key, reasoning, json.dumps(WEATHER_JSON) + _END[family], json.dumps(WEATHER_JSON), how, index)
+
+
+def _weather_loop(key: str, family: str, how: str) -> list[Turn]:
+    """A constrained tool loop: a get_weather call, then (prompt holding RESULT) the typed answer."""
+    return [_call_turn(key, "First the tool.", family, how, "get_weather", {"city": "Paris"}),
+            _weather_turn(RESULT, "Now the typed answer.", family, how, 1)]
+
+
 @contextlib.contextmanager
 def _server(family: str, engine_kind: str, turns: list[Turn], tmp_path):
     tok = _tokenizer(FAMILIES[family])
@@ -223,11 +241,7 @@ def test_openai_agents_tool_loop(family, engine_kind, tmp_path):
 def test_openai_agents_output_type_with_tools(family, engine_kind, tmp_path):
     """output_type with a tool: response_format json_schema and tools together; the model calls the
     tool first, then answers in the schema (thinking on for qwen3)."""
-    how = _how(family, engine_kind, own_grammar=family == "qwen3")
-    turns = [Turn("[agents-typed]", "First the tool.", _own_call(family, "get_weather", {"city": "Paris"}),
-                  json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]), how),
-             Turn(RESULT, "Now the typed answer.", json.dumps(WEATHER_JSON) + _END[family],
-                  json.dumps(WEATHER_JSON), how, 1)]
+    turns = _weather_loop("[agents-typed]", family, _how(family, engine_kind, own_grammar=family == "qwen3"))
     with _server(family, engine_kind, turns, tmp_path) as (url, engine), openai_agents() as agents:
         agent = agents.Agent(name="w", instructions="Be brief.", model=_agents_model(agents, url),
                              tools=[agents.function_tool(_get_weather_tool())], output_type=Weather)
@@ -258,10 +272,8 @@ def test_pydantic_ai_tool_output_is_a_forced_call(family, engine_kind, tmp_path)
 
     how = _how(family, engine_kind, own_grammar=family == "qwen3")
     final = {"city": "Paris", "temp": 18}
-    turns = [Turn("[pai-loop]", "I call the weather tool.", _own_call(family, "get_weather", {"city": "Paris"}),
-                  json.dumps([{"name": "get_weather", "arguments": {"city": "Paris"}}]), how),
-             Turn(RESULT, "I give the final result.", _own_call(family, "final_result", final),
-                  json.dumps([{"name": "final_result", "arguments": final}]), how, 1)]
+    turns = [_call_turn("[pai-loop]", "I call the weather tool.", family, how, "get_weather", {"city": "Paris"}),
+             _call_turn(RESULT, "I give the final result.", family, how, "final_result", final, 1)]
     with _server(family, engine_kind, turns, tmp_path) as (url, engine):
         agent = Agent(_pydantic_model(url), output_type=Weather, tools=[_get_weather_tool()])
         result = _run(agent, "[pai-loop] Weather in Paris?")
@@ -276,8 +288,7 @@ def test_pydantic_ai_native_output(family, engine_kind, tmp_path):
     from pydantic_ai import Agent, NativeOutput
 
     how = _how(family, engine_kind, own_grammar=True)
-    turns = [Turn("[pai-native]", "A JSON answer is wanted.", json.dumps(WEATHER_JSON) + _END[family],
-                  json.dumps(WEATHER_JSON), how)]
+    turns = [_weather_turn("[pai-native]", "A JSON answer is wanted.", family, how)]
     with _server(family, engine_kind, turns, tmp_path) as (url, engine):
         agent = Agent(_pydantic_model(url), output_type=NativeOutput(Weather))
         result = _run(agent, "[pai-native] Weather in Paris as JSON")
@@ -299,8 +310,7 @@ def _langchain(url: str):
 def test_langchain_structured_output_by_function_calling(family, engine_kind, tmp_path):
     """with_structured_output(method="function_calling"): a named tool_choice, the forced call."""
     how = _how(family, engine_kind, own_grammar=family == "qwen3")
-    turns = [Turn("[lc-fn]", "The schema is a tool to call.", _own_call(family, "Weather", WEATHER_JSON),
-                  json.dumps([{"name": "Weather", "arguments": WEATHER_JSON}]), how)]
+    turns = [_call_turn("[lc-fn]", "The schema is a tool to call.", family, how, "Weather", WEATHER_JSON)]
     with _server(family, engine_kind, turns, tmp_path) as (url, engine):
         llm = _langchain(url).with_structured_output(Weather, method="function_calling")
         assert llm.invoke("[lc-fn] Weather in Paris?") == Weather(**WEATHER_JSON)
@@ -310,7 +320,155 @@ def test_langchain_structured_output_by_function_calling(family, engine_kind, tm
 def test_langchain_structured_output_by_json_schema(family, engine_kind, tmp_path):
     """with_structured_output(method="json_schema"): response_format, thinking on by default."""
     how = _how(family, engine_kind, own_grammar=True)
-    turns = [Turn("[lc-json]", "JSON it is.", json.dumps(WEATHER_JSON) + _END[family], json.dumps(WEATHER_JSON), how)]
+    turns = [_weather_turn("[lc-json]", "JSON it is.", family, how)]
     with _server(family, engine_kind, turns, tmp_path) as (url, engine):
         llm = _langchain(url).with_structured_output(Weather, method="json_schema")
         assert llm.invoke("[lc-json] Weather in Paris as JSON") == Weather(**WEATHER_JSON)
+
+
+# ---------------------------------------------------------------- langgraph (langchain's create_agent)
+
+
+def _create_agent():
+    try:
+        from langchain.agents import create_agent
+    except ImportError as e:
+        _missing("langchain (langgraph)", e)
+    return create_agent
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_langgraph_agent_tool_strategy(family, engine_kind, tmp_path):
+    """create_agent(response_format=Weather) on a model without a known profile: the schema becomes a
+    tool and every turn is tool_choice `required` -- a forced get_weather call, its result, then a
+    forced `Weather` call that is the structured response."""
+    create_agent = _create_agent()
+    how = _how(family, engine_kind, own_grammar=family == "qwen3")
+    turns = [_call_turn("[lg-tool]", "I call the weather tool.", family, how, "get_weather", {"city": "Paris"}),
+             _call_turn(RESULT, "Now the structured response.", family, how, "Weather", WEATHER_JSON, 1)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        agent = create_agent(_langchain(url), tools=[_get_weather_tool()], response_format=Weather)
+        state = agent.invoke({"messages": [{"role": "user", "content": "[lg-tool] Weather in Paris?"}]})
+        assert state["structured_response"] == Weather(**WEATHER_JSON)
+        assert len(engine.requests) == (4 if how == "two" else 2)
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_langgraph_agent_provider_strategy(family, engine_kind, tmp_path):
+    """create_agent(response_format=ProviderStrategy(Weather)): tools and response_format json_schema
+    together; the model calls the tool, then answers in the schema."""
+    create_agent = _create_agent()
+    from langchain.agents.structured_output import ProviderStrategy
+
+    turns = _weather_loop("[lg-native]", family, _how(family, engine_kind, own_grammar=family == "qwen3"))
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        agent = create_agent(_langchain(url), tools=[_get_weather_tool()], response_format=ProviderStrategy(Weather))
+        state = agent.invoke({"messages": [{"role": "user", "content": "[lg-native] Weather in Paris?"}]})
+        assert state["structured_response"] == Weather(**WEATHER_JSON)
+        assert [m.type for m in state["messages"]][-3:] == ["ai", "tool", "ai"]
+
+
+# ---------------------------------------------------------------- litellm
+
+
+def _litellm(monkeypatch):
+    # its model cost map is fetched from GitHub at import unless told to use the bundled copy
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError as e:
+        _missing("litellm", e)
+    return litellm
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_litellm_tool_loop(family, engine_kind, tmp_path, monkeypatch):
+    """litellm.completion with tools and tool_choice="required" (a forced call), the tool's result sent
+    back, then tools with response_format a pydantic model: the typed answer."""
+    litellm = _litellm(monkeypatch)
+    turns = _weather_loop("[litellm-loop]", family, _how(family, engine_kind, own_grammar=family == "qwen3"))
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        common = {"model": f"openai/{MODEL}", "api_base": url, "api_key": "x", "tools": [WEATHER_TOOL]}
+        messages = [{"role": "user", "content": "[litellm-loop] Weather in Paris?"}]
+        first = litellm.completion(messages=messages, tool_choice="required", **common).choices[0].message
+        (call,) = first.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"})
+        result = _get_weather_tool()(**json.loads(call.function.arguments))
+        messages += [first.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": result}]
+        final = litellm.completion(messages=messages, response_format=Weather, **common).choices[0].message
+        assert not final.tool_calls
+        assert Weather.model_validate_json(final.content) == Weather(**WEATHER_JSON)
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_litellm_response_format(family, engine_kind, tmp_path, monkeypatch):
+    """response_format a pydantic model, no tools (thinking on by default for qwen3)."""
+    litellm = _litellm(monkeypatch)
+    how = _how(family, engine_kind, own_grammar=True)
+    with _server(family, engine_kind, [_weather_turn("[litellm-json]", "JSON it is.", family, how)],
+                 tmp_path) as (url, engine):
+        reply = litellm.completion(model=f"openai/{MODEL}", api_base=url, api_key="x", response_format=Weather,
+                                   messages=[{"role": "user", "content": "[litellm-json] Weather in Paris?"}])
+        assert Weather.model_validate_json(reply.choices[0].message.content) == Weather(**WEATHER_JSON)
+
+
+# ---------------------------------------------------------------- instructor
+
+# The validation error instructor sends back as the tool's result (turn 2's key; see RESULT)
+REASK = ("the city name must be capitalised as on a map, for example Paris or Lyon " * 3)[:150]
+
+
+class CapitalisedWeather(Weather):
+    @pydantic.field_validator("city")
+    @classmethod
+    def _capitalised(cls, city: str) -> str:
+        if city[:1] != city[:1].upper():
+            raise ValueError(REASK)
+        return city
+
+
+def _instructor(url: str, mode_name: str):
+    try:
+        import instructor
+    except ImportError as e:
+        _missing("instructor", e)
+    from openai import OpenAI
+
+    return instructor.from_openai(OpenAI(base_url=url, api_key="x", max_retries=0),
+                                  mode=getattr(instructor.Mode, mode_name))
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_instructor_tools_mode_reask_loop(family, engine_kind, tmp_path):
+    """Mode.TOOLS: a named tool_choice (the forced call); the first call fails validation, instructor
+    sends the call back with the error as its tool result, and the second call is the answer."""
+    how = _how(family, engine_kind, own_grammar=family == "qwen3")
+    turns = [_call_turn("[instr-tools]", "Extract the weather.", family, how, "CapitalisedWeather",
+                        {"city": "paris", "temp": 18}),
+             _call_turn(REASK, "Capitalise the city.", family, how, "CapitalisedWeather", WEATHER_JSON, 1)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        client = _instructor(url, "TOOLS")
+        got = client.chat.completions.create(model=MODEL, response_model=CapitalisedWeather, max_retries=2,
+                                             messages=[{"role": "user", "content": "[instr-tools] Paris, 18C"}])
+        assert got.model_dump() == WEATHER_JSON  # instructor returns a subclass of its own
+        # the retry's prompt shows the first call as the model wrote it, then the error as its result
+        retry = engine.decode(engine.requests[-1][1]["prompt"]).split("[instr-tools]", 1)[1]
+        assert "paris" in retry and REASK in retry and retry.index("paris") < retry.index(REASK)
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_instructor_json_schema_mode(family, engine_kind, tmp_path):
+    """Mode.JSON_SCHEMA: response_format json_schema (thinking on by default for qwen3)."""
+    how = _how(family, engine_kind, own_grammar=True)
+    with _server(family, engine_kind, [_weather_turn("[instr-json]", "JSON it is.", family, how)],
+                 tmp_path) as (url, engine):
+        got = _instructor(url, "JSON_SCHEMA").chat.completions.create(
+            model=MODEL, response_model=Weather, max_retries=0,
+            messages=[{"role": "user", "content": "[instr-json] Paris, 18C"}])
+        assert got.model_dump() == WEATHER_JSON

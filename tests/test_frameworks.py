@@ -1,12 +1,12 @@
-"""Agent frameworks against the real server: openai-agents and pydantic-ai run a tool loop and
-structured output (with tools, forced calls, thinking on), langchain-openai its two structured
-output methods, for qwen3, gemma4 and gpt_oss, on the vLLM and llama.cpp protocols, with no
-framework-side workaround.
+"""Agent frameworks against the real server: openai-agents, pydantic-ai, langchain (its structured
+output and langgraph's create_agent), litellm and instructor run tool loops and structured output
+(with tools, forced calls, thinking on) for qwen3, gemma4 and gpt_oss, on the vLLM and llama.cpp
+protocols, with no framework-side workaround.
 
 The fake engine replays what the model would write and honours the constraint it is sent
 (`Script.constrained`: a request without the constraint, or whose output it forbids, is
 refused), so a forced call or a schema that does not reach the engine fails the test. Pinned
-versions: requirements/frameworks-test.txt.
+versions: requirements/frameworks-test.txt and frameworks-nodeps-test.txt.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Agent frameworks against the real server: openai-agents, pydantic-ai, langchain (its structured
-output and langgraph's create_agent), litellm and instructor run tool loops and structured output
-(with tools, forced calls, thinking on) for qwen3, gemma4 and gpt_oss, on the vLLM and llama.cpp
-protocols, with no framework-side workaround.
+output and langgraph's create_agent), litellm, instructor and the `llm` CLI run tool loops and
+structured output (with tools, forced calls, thinking on) for qwen3, gemma4 and gpt_oss, on the
+vLLM and llama.cpp protocols, with no framework-side workaround.
 
 The fake engine replays what the model would write and honours the constraint it is sent
 (`Script.constrained`: a request without the constraint, or whose output it forbids, is
@@ -472,3 +472,64 @@ def test_instructor_json_schema_mode(family, engine_kind, tmp_path):
             model=MODEL, response_model=Weather, max_retries=0,
             messages=[{"role": "user", "content": "[instr-json] Paris, 18C"}])
         assert got.model_dump() == WEATHER_JSON
+
+
+# ---------------------------------------------------------------- the `llm` CLI
+# Its command line run in-process (click's CliRunner, as llm's own tests do: a process of its own
+# costs seconds of start-up per run). llm 0.36 drops `--schema` from the turn after a tool result
+# (its chain rebuilds the prompt without it), so `--functions` with `--schema` is not a case here.
+
+
+@pytest.fixture(scope="module")
+def llm_home(tmp_path_factory):
+    """One llm user directory for the module: llm migrates its logs database into a new one on
+    every run, even with --no-log (seconds each)."""
+    return tmp_path_factory.mktemp("llm-home")
+
+
+def _llm_cli(home, monkeypatch, url: str, *argv: str) -> str:
+    """`llm -m fw ARGV` with the server as an extra OpenAI-compatible model (tools and schemas on);
+    returns what it printed."""
+    try:
+        from click.testing import CliRunner
+        from llm.cli import cli
+    except ImportError as e:
+        _missing("llm", e)
+    (home / "extra-openai-models.yaml").write_text(
+        f"- model_id: fw\n  model_name: {MODEL}\n  api_base: {url}\n  supports_tools: true\n"
+        "  supports_schema: true\n")
+    monkeypatch.setenv("LLM_USER_PATH", str(home))
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    done = CliRunner().invoke(cli, ["-m", "fw", "--no-log", *argv], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    return done.stdout
+
+
+LLM_FUNCTIONS = f'''
+def get_weather(city: str) -> str:
+    """Get the weather for a city."""
+    return {RESULT!r} if city == "Paris" else "unknown city"
+'''
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_llm_cli_tool_loop(family, engine_kind, tmp_path, llm_home, monkeypatch):
+    """`llm --functions`: the model calls the tool, llm runs it and sends the result back, and the
+    answer is printed (streamed)."""
+    turns = [Turn("[llm-loop]", "I need the weather tool.", _own_call(family, "get_weather", {"city": "Paris"}),
+                  None, "free"),
+             Turn(RESULT, "The tool answered.", _own_answer(family, ANSWER_TEXT), None, "free", 1)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        out = _llm_cli(llm_home, monkeypatch, url, "--functions", LLM_FUNCTIONS, "[llm-loop] Weather in Paris?")
+        assert out.strip() == ANSWER_TEXT
+        assert len(engine.requests) == 2 and RESULT in engine.decode(engine.requests[1][1]["prompt"])
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_llm_cli_schema(family, engine_kind, tmp_path, llm_home, monkeypatch):
+    """`llm --schema`: response_format json_schema, streamed (thinking on by default for qwen3)."""
+    how = _how(family, engine_kind, own_grammar=True)
+    with _server(family, engine_kind, [_weather_turn("[llm-json]", "JSON it is.", family, how)],
+                 tmp_path) as (url, engine):
+        out = _llm_cli(llm_home, monkeypatch, url, "--schema", "city, temp int", "[llm-json] Weather in Paris?")
+        assert json.loads(out) == WEATHER_JSON

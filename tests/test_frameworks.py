@@ -184,18 +184,36 @@ def _weather_loop(key: str, family: str, how: str) -> list[Turn]:
             _weather_turn(RESULT, "Now the typed answer.", family, how, 1)]
 
 
+# One stand-in engine and server per (family, protocol) for the module, each test playing its
+# own scripts on them: starting and stopping the two uvicorn servers costs more than most tests.
+_RUNNING: dict[tuple[str, str], tuple[str, FakeEngine]] = {}
+_RUNNING_STACK = contextlib.ExitStack()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_servers():
+    yield
+    _RUNNING_STACK.close()
+    _RUNNING.clear()
+
+
 @contextlib.contextmanager
 def _server(family: str, engine_kind: str, turns: list[Turn], tmp_path):
+    """(the server's /v1 URL, the stand-in engine), playing `turns` and with no requests yet."""
     tok = _tokenizer(FAMILIES[family])
-    scripts: dict[str, Script] = {}
-    for t in turns:
-        scripts.update(t.scripts(family, tok))
-    engine = FakeEngine(tok.decode, scripts)
-    with contextlib.ExitStack() as stack:
-        url = stack.enter_context(ServerThread(engine.app)).url
+    if (family, engine_kind) not in _RUNNING:
+        engine = FakeEngine(tok.decode)
+        url = _RUNNING_STACK.enter_context(ServerThread(engine.app)).url
         cfg = ServerConfig(model_dir=tmp_path, format=family, backend_url=url, backend_kind=engine_kind,
                            served_model_name=MODEL, warm_up=False, check_engine_model=False)  # fmt: skip
-        yield stack.enter_context(ServerThread(create_app(cfg, tokenizer=tok))).url + "/v1", engine
+        server = _RUNNING_STACK.enter_context(ServerThread(create_app(cfg, tokenizer=tok)))
+        _RUNNING[family, engine_kind] = (server.url + "/v1", engine)
+    url, engine = _RUNNING[family, engine_kind]
+    engine.scripts = {}
+    for t in turns:
+        engine.scripts.update(t.scripts(family, tok))
+    engine.requests = []
+    yield url, engine
 
 
 CASES = [(f, e) for f in ("qwen3", "gemma4", "gpt_oss") for e in ("vllm", "llamacpp")]

@@ -551,3 +551,17 @@ def test_llm_cli_schema(family, engine_kind, tmp_path, llm_home, monkeypatch):
                  tmp_path) as (url, engine):
         out = _llm_cli(llm_home, monkeypatch, url, "--schema", "city, temp int", "[llm-json] Weather in Paris?")
         assert json.loads(out) == WEATHER_JSON
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_instructor_tools_mode_streamed_partials(family, engine_kind, tmp_path):
+    """create_partial in Mode.TOOLS: the forced call streamed, its arguments read as they come."""
+    how = _how(family, engine_kind, own_grammar=family == "qwen3")
+    # instructor names the tool after its partial model
+    turns = [_call_turn("[instr-partial]", "Extract the weather.", family, how, "PartialWeather", WEATHER_JSON)]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        partials = list(_instructor(url, "TOOLS").chat.completions.create_partial(
+            model=MODEL, response_model=Weather, max_retries=0,
+            messages=[{"role": "user", "content": "[instr-partial] Paris, 18C"}]))
+        assert partials and partials[-1].model_dump() == WEATHER_JSON
+        assert all(r[1]["stream"] for r in engine.requests)

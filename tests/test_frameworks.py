@@ -425,6 +425,21 @@ def test_litellm_tool_loop(family, engine_kind, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
+def test_litellm_streamed_forced_call(family, engine_kind, tmp_path, monkeypatch):
+    """stream=True with tool_choice="required": litellm's own stream assembly gets the one call."""
+    litellm = _litellm(monkeypatch)
+    how = _how(family, engine_kind, own_grammar=family == "qwen3")
+    turns = [_call_turn("[litellm-stream]", "I call the tool.", family, how, "get_weather", {"city": "Paris"})]
+    with _server(family, engine_kind, turns, tmp_path) as (url, engine):
+        messages = [{"role": "user", "content": "[litellm-stream] Weather in Paris?"}]
+        chunks = list(litellm.completion(model=f"openai/{MODEL}", api_base=url, api_key="x", messages=messages,
+                                         tools=[WEATHER_TOOL], tool_choice="required", stream=True))
+        message = litellm.stream_chunk_builder(chunks, messages=messages).choices[0].message
+        (call,) = message.tool_calls
+        assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"})
+
+
+@pytest.mark.parametrize(("family", "engine_kind"), CASES, ids=IDS)
 def test_litellm_response_format(family, engine_kind, tmp_path, monkeypatch):
     """response_format a pydantic model, no tools (thinking on by default for qwen3)."""
     litellm = _litellm(monkeypatch)

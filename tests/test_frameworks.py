@@ -112,9 +112,12 @@ class Weather(BaseModel):
 _END = {"qwen3": "<|im_end|>", "gemma4": "<turn|>", "gpt_oss": "<|return|>"}
 
 
-def _think(family: str, text: str) -> str:
+def _think(family: str, text: str, thinking: bool = False) -> str:
+    """The reasoning block a family writes first (Gemma 4 only with thinking turned on)."""
+    if family == "gemma4":
+        return f"<|channel>thought\n{text}<channel|>" if thinking else ""
     return {"qwen3": f"<think>\n{text}\n</think>\n\n",
-            "gpt_oss": f"<|channel|>analysis<|message|>{text}<|end|><|start|>assistant"}.get(family, "")
+            "gpt_oss": f"<|channel|>analysis<|message|>{text}<|end|><|start|>assistant"}[family]
 
 
 def _own_call(family: str, name: str, args: dict) -> str:
@@ -139,12 +142,13 @@ class Turn:
     reasoning), "json" (one JSON-constrained request, no reasoning) or "two" (reasoning, then JSON)."""
 
     def __init__(self, key: str, reasoning: str, own: str, constrained_json: str | None, how: str,
-                 index: int = 0) -> None:
+                 index: int = 0, thinking: bool = False) -> None:
         reasoning = (reasoning + " " + "." * 300)[: 100 * (index + 1)]  # see RESULT
         self.key, self.reasoning, self.own, self.json, self.how = key, reasoning, own, constrained_json, how
+        self.thinking = thinking
 
     def scripts(self, family: str, tok) -> dict[str, Script]:
-        think = _think(family, self.reasoning)
+        think = _think(family, self.reasoning, self.thinking)
         if self.how == "free":
             return {self.key: Script(tok.encode(think + self.own), batch=3)}
         if self.how == "grammar":
@@ -152,15 +156,16 @@ class Turn:
         if self.how == "json":
             return {self.key: Script(tok.encode(self.json + _END[family]), batch=3, constrained=True)}
         # two phases: the reasoning up to its end token, then the JSON from a prompt that holds it
-        end = "</think>" if family == "qwen3" else "<|end|>"
+        end = {"qwen3": "</think>", "gemma4": "<channel|>"}.get(family, "<|end|>")
         first = think[: think.index(end) + len(end)]
         return {self.key: Script(tok.encode(first), batch=3, unconstrained=True),
                 self.reasoning: Script(tok.encode(self.json + _END[family]), batch=3, constrained=True)}
 
 
-def _how(family: str, engine: str, own_grammar: bool) -> str:
-    """The path a constrained turn takes (README "Forced calls and structured output")."""
-    if family in ("gemma4", "gpt_oss"):  # gpt-oss: the constraint covers the whole output (README)
+def _how(family: str, engine: str, own_grammar: bool, thinking: bool = False) -> str:
+    """The path a constrained turn takes (README "Forced calls and structured output"); Gemma 4
+    thinks only when asked to."""
+    if family == "gpt_oss" or (family == "gemma4" and not thinking):  # gpt-oss: over the whole output
         return "json"
     if engine == "llamacpp":
         return "grammar" if own_grammar else "json"
@@ -449,6 +454,23 @@ def test_litellm_response_format(family, engine_kind, tmp_path, monkeypatch):
         reply = litellm.completion(model=f"openai/{MODEL}", api_base=url, api_key="x", response_format=Weather,
                                    messages=[{"role": "user", "content": "[litellm-json] Weather in Paris?"}])
         assert Weather.model_validate_json(reply.choices[0].message.content) == Weather(**WEATHER_JSON)
+
+
+@pytest.mark.parametrize("engine_kind", ["vllm", "llamacpp"])
+def test_litellm_response_format_gemma4_thinking(engine_kind, tmp_path, monkeypatch):
+    """Gemma 4 with thinking turned on (chat_template_kwargs): its thought first, then the JSON."""
+    litellm = _litellm(monkeypatch)
+    how = _how("gemma4", engine_kind, own_grammar=True, thinking=True)
+    turn = Turn("[litellm-g4-think]", "Paris, 18C.", json.dumps(WEATHER_JSON) + _END["gemma4"],
+                json.dumps(WEATHER_JSON), how, thinking=True)
+    with _server("gemma4", engine_kind, [turn], tmp_path) as (url, engine):
+        reply = litellm.completion(model=f"openai/{MODEL}", api_base=url, api_key="x", response_format=Weather,
+                                   messages=[{"role": "user", "content": "[litellm-g4-think] Weather in Paris?"}],
+                                   extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+        message = reply.choices[0].message
+        assert Weather.model_validate_json(message.content) == Weather(**WEATHER_JSON)
+        assert message.reasoning_content.strip() == turn.reasoning.strip()
+        assert len(engine.requests) == (2 if how == "two" else 1)
 
 
 # ---------------------------------------------------------------- instructor

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -602,3 +603,25 @@ def test_instructor_tools_mode_streamed_partials(family, engine_kind, tmp_path):
             messages=[{"role": "user", "content": "[instr-partial] Paris, 18C"}]))
         assert partials and partials[-1].model_dump() == WEATHER_JSON
         assert all(r[1]["stream"] for r in engine.requests)
+
+
+@pytest.mark.parametrize("engine_kind", ["vllm", "llamacpp"])
+def test_instructor_tools_mode_gemma4_thinking(engine_kind, tmp_path):
+    """A forced call with Gemma 4's thinking turned on: on vLLM the thought, then the JSON call list
+    (two phases); llama.cpp has no grammar for Gemma 4's calls to put after a thought, which is a
+    clear 400 that says how to go on, rather than a call the model was not held to."""
+    how = _how("gemma4", engine_kind, own_grammar=False, thinking=True)
+    turn = Turn("[instr-g4-think]", "Paris, 18C.", _own_call("gemma4", "Weather", WEATHER_JSON),
+                json.dumps([{"name": "Weather", "arguments": WEATHER_JSON}]), how, thinking=True)
+    with _server("gemma4", engine_kind, [turn], tmp_path) as (url, engine):
+        create = functools.partial(
+            _instructor(url, "TOOLS").chat.completions.create, model=MODEL, response_model=Weather,
+            max_retries=0, messages=[{"role": "user", "content": "[instr-g4-think] Paris, 18C"}],
+            extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+        if engine_kind == "vllm":
+            assert create().model_dump() == WEATHER_JSON
+            assert len(engine.requests) == 2
+        else:
+            with pytest.raises(Exception, match="Error code: 400 - tool_choice .* cannot be enforced .* turn thinking off"):
+                create()
+            assert engine.requests == []

@@ -94,6 +94,9 @@ except ImportError as e:
 import pydantic  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
+# litellm's own stream types, built on first use, warn about pydantic's ReadOnly support
+pytestmark = pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier:UserWarning")
+
 MODEL = "fw-model"
 # The fake engine plays the script of the longest key its prompt holds: a turn's reasoning (the
 # second phase's key) is 100 * (turn + 1) characters, the tool result (turn 2's key) 150, so each

@@ -1,0 +1,212 @@
+"""Drives SGLang's real OpenAIServingChat with chatsieve's plugin loaded; run in the SGLang venv.
+
+    python tests/sglang_driver.py JOBS.json RESULTS.json
+
+SGLang's own pieces do the work: `load_plugins()` finds chatsieve through its `sglang.srt.plugins`
+entry point and applies its hooks, `ServerArgs` (published with SGLang's own test override) holds
+the parser flags, `OpenAIServingChat.handle_request` takes each request (streaming and not). Only
+the TokenizerManager is a stand-in: it records the prompt SGLang sends to the engine and replays
+the job's exact output token ids, `step` tokens per engine step, as SGLang's scheduler reports them.
+Each result holds the prompt ids, the SSE data chunks or the response body, or the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+
+def _argparse_check(argv: list[str]) -> dict:
+    """SGLang's own argument parser, as `python -m sglang.launch_server` builds it."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:
+        return {"ok": False, "exit": e.code}
+    return {"ok": True, "tool_call_parser": ns.tool_call_parser, "reasoning_parser": ns.reasoning_parser}
+
+
+class StandInTokenizerManager:
+    """What OpenAIServingChat reads of SGLang's TokenizerManager; generate_request replays ids."""
+
+    def __init__(self, server_args: Any, tokenizer: Any, model_path: str, model_type: str) -> None:
+        from sglang.srt.runtime_context import get_context
+
+        self.server_args = server_args
+        self.tokenizer = tokenizer
+        self.model_path = model_path
+        self.served_model_name = "test-model"
+        self.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
+        self.model_config = SimpleNamespace(
+            hf_config=SimpleNamespace(architectures=["StandInForCausalLM"], model_type=model_type),
+            is_multimodal=False,
+            get_default_sampling_params=lambda: {},
+        )
+        self._context = get_context()
+        self.job: dict = {}
+        self.sent: list[Any] = []
+
+    def config_value(self, name: str) -> Any:
+        return self._context.config_leaf(name)
+
+    def create_abort_task(self, _request: Any) -> None:
+        return None
+
+    async def generate_request(self, adapted_request: Any, raw_request: Any = None):
+        self.sent.append(adapted_request)
+        ids = list(self.job["output_ids"])
+        prompt_tokens = len(adapted_request.input_ids or ())
+        finish = self.job.get("finish") or {"type": "stop", "matched": None}
+        incremental = bool(self.job.get("incremental"))
+        base = {
+            "id": "chatcmpl-stand-in",
+            "prompt_tokens": prompt_tokens,
+            "cached_tokens": 0,
+            "weight_version": "default",
+        }
+        if not adapted_request.stream:
+            yield {
+                "text": self.tokenizer.decode(ids),
+                "output_ids": ids,
+                "meta_info": {**base, "finish_reason": finish, "completion_tokens": len(ids)},
+                "index": 0,
+            }
+            return
+        step = self.job.get("step") or max(1, len(ids))
+        bounds = list(range(0, len(ids), step)) or [0]
+        for n, start in enumerate(bounds):
+            end = min(start + step, len(ids))
+            last = n == len(bounds) - 1
+            new = ids[start:end]
+            yield {
+                "text": self.tokenizer.decode(new if incremental else ids[:end]),
+                "output_ids": new if incremental else ids[:end],
+                "meta_info": {**base, "finish_reason": finish if last else None, "completion_tokens": end},
+                "index": 0,
+            }
+
+
+async def _body(response: Any) -> Any:
+    """A handler's answer as data: the SSE data chunks of a stream, else the JSON body."""
+    from fastapi.responses import StreamingResponse
+
+    if isinstance(response, StreamingResponse):
+        chunks = []
+        async for piece in response.body_iterator:
+            text = piece.decode() if isinstance(piece, bytes) else piece
+            for line in text.splitlines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    chunks.append(json.loads(line[len("data: ") :]))
+        return {"sse": chunks}
+    if hasattr(response, "model_dump"):
+        dumped = response.model_dump(mode="json")
+        key = (
+            "error"
+            if dumped.get("object") == "error" or "code" in dumped and "choices" not in dumped
+            else "body"
+        )
+        return {key: dumped}
+    status = getattr(response, "status_code", None)
+    return {"error": json.loads(response.body), "status": status}
+
+
+class Servers:
+    """One OpenAIServingChat per (model, parser flags), each under its own published ServerArgs."""
+
+    def __init__(self, models: dict) -> None:
+        self.models = models
+        self._current: tuple | None = None
+        self._override = None
+        self.serving = None
+        self.manager: StandInTokenizerManager | None = None
+
+    def get(self, job: dict):
+        key = (
+            job["model"],
+            job.get("tool_call_parser"),
+            job.get("reasoning_parser"),
+            bool(job.get("incremental")),
+        )
+        if key == self._current:
+            return self.serving, self.manager
+        from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+        from sglang.srt.runtime_context import get_context
+        from sglang.srt.utils.hf_transformers_utils import get_tokenizer
+
+        if self._override is not None:
+            self._override.restore()
+        model = self.models[job["model"]]
+        self._override = get_context().override_server_args(
+            model_path=model["path"],
+            tool_call_parser=job.get("tool_call_parser"),
+            reasoning_parser=job.get("reasoning_parser"),
+            incremental_streaming_output=bool(job.get("incremental")),
+        )
+        server_args = self._override.install()
+        tokenizer = get_tokenizer(model["path"])
+        self.manager = StandInTokenizerManager(server_args, tokenizer, model["path"], model["model_type"])
+        template_manager = SimpleNamespace(
+            chat_template_name=None,
+            jinja_template_content_format="string",
+            force_reasoning=False,
+            reasoning_config=None,
+            python_chat_template=None,
+        )
+        self.serving = OpenAIServingChat(self.manager, template_manager)
+        self._current = key
+        return self.serving, self.manager
+
+
+async def run(jobs: dict) -> dict:
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    out: dict = {
+        "hooks": sorted(HookRegistry._patched),
+        "argparse": [_argparse_check(argv) for argv in jobs.get("argparse", [])],
+        "results": {},
+    }
+    servers = Servers(jobs["models"])
+    for job in jobs["jobs"]:
+        os.environ["CHATSIEVE_STREAM_ARGUMENTS"] = "1" if job.get("stream_arguments") else ""
+        result: dict = {}
+        try:
+            serving, manager = servers.get(job)
+            manager.job, manager.sent = job, []
+            serving_info = {"chat_encoding_spec": serving.chat_encoding_spec}
+            request = ChatCompletionRequest(**job["request"])
+            response = await serving.handle_request(request, None)
+            result.update(await _body(response))
+            result.update(serving_info)
+            if manager.sent:
+                result["prompt_ids"] = list(manager.sent[0].input_ids or ())
+        except Exception as e:  # reported, not raised: the test names the job that failed
+            import traceback
+
+            result["exception"] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-6)}"
+        out["results"][job["id"]] = result
+    return out
+
+
+def main() -> None:
+    jobs_path, results_path = sys.argv[1], sys.argv[2]
+    with open(jobs_path, encoding="utf-8") as f:
+        jobs = json.load(f)
+    results = asyncio.run(run(jobs))
+    with open(results_path, "w", encoding="utf-8") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -165,6 +165,65 @@ class Servers:
         return self.serving, self.manager
 
 
+def _text_job(job: dict) -> dict:
+    """SGLang's text-only route (its /separate_reasoning and /parse_function_call endpoints): the
+    registered detectors on the job's text, whole and in `step`-character pieces."""
+    from sglang.srt.entrypoints.openai.protocol import Tool
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+    tools = [Tool(**t) for t in job.get("tools") or ()]
+    reasoning, rest = ReasoningParser(
+        model_type=job["reasoning_parser"], stream_reasoning=False
+    ).parse_non_stream(job["text"])
+    normal, calls = FunctionCallParser(tools, job["tool_call_parser"]).parse_non_stream(rest or "")
+    streamed = FunctionCallParser(tools, job["tool_call_parser"])
+    step = job.get("step") or 5
+    pieces, items = [], []
+    for k in range(0, len(rest or ""), step):
+        text, got = streamed.parse_stream_chunk(rest[k : k + step])
+        pieces.append(text)
+        items += [c.model_dump() for c in got]
+    return {
+        "reasoning": reasoning,
+        "content": normal,
+        "calls": [c.model_dump() for c in calls],
+        "stream_content": "".join(pieces),
+        "stream_calls": items,
+    }
+
+
+def _gate_checks() -> dict:
+    """Importing the plugin under another SGLang version, or with a hook it relies on gone."""
+    import importlib
+    import importlib.metadata as metadata
+
+    from sglang.srt.entrypoints.openai import chat_encoding_adapters as adapters
+
+    name = "chatsieve.integrations.sglang"
+    saved = sys.modules.pop(name)
+    out = {}
+    original = metadata.version
+    missing = adapters.select_new_output_ids
+    try:
+        metadata.version = lambda dist: "0.5.22" if dist == "sglang" else original(dist)
+        for key, undo in (("version", None), ("hook", "select_new_output_ids")):
+            if undo is not None:
+                metadata.version = original
+                delattr(adapters, undo)
+            try:
+                importlib.import_module(name)
+                out[key] = None
+            except ImportError as e:
+                out[key] = str(e)
+            sys.modules.pop(name, None)
+    finally:
+        metadata.version = original
+        adapters.select_new_output_ids = missing
+        sys.modules[name] = saved
+    return out
+
+
 async def run(jobs: dict) -> dict:
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
     from sglang.srt.plugins import load_plugins
@@ -181,6 +240,9 @@ async def run(jobs: dict) -> dict:
     for job in jobs["jobs"]:
         os.environ["CHATSIEVE_STREAM_ARGUMENTS"] = "1" if job.get("stream_arguments") else ""
         result: dict = {}
+        if job.get("kind") == "text":
+            out["results"][job["id"]] = _text_job(job)
+            continue
         try:
             serving, manager = servers.get(job)
             manager.job, manager.sent = job, []
@@ -196,6 +258,7 @@ async def run(jobs: dict) -> dict:
 
             result["exception"] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-6)}"
         out["results"][job["id"]] = result
+    out["gate"] = _gate_checks()
     return out
 
 

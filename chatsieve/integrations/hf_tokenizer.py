@@ -1,19 +1,21 @@
-"""chatsieve's `Tokenizer` for the Hugging Face tokenizer object an engine server holds.
-
-Shared by the adapters that live inside an engine's server (vLLM, SGLang): built once per object.
-"""
+"""What an engine's server holds, as chatsieve reads it: its Hugging Face tokenizer object (as a
+chatsieve `Tokenizer`) and its prompt token ids (their tail). Shared by the vLLM and SGLang adapters."""
 
 from __future__ import annotations
 
 import logging
 import os
 import weakref
+from collections.abc import Sequence
 from typing import Any
+
+from ..parser import resolve_delimiters
 
 log = logging.getLogger("chatsieve.integrations")
 
 _TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _NO_TOKENIZER = object()
+PROMPT_TAIL_TOKENS = 64  # prompt tokens decoded to find an open reasoning block (text-matched markers)
 
 
 def stream_arguments_from_env() -> bool:
@@ -86,3 +88,32 @@ def _build_tokenizer(tokenizer: Any, directory: str | None):
         type(tokenizer).__name__,
     )
     return None
+
+
+def prompt_tail(
+    spec, prompt_token_ids: Sequence[int] | None, tokenizer: Any, engine_tokenizer: Any = None
+) -> str | None:
+    """The end of the prompt as chatsieve's `prompt=` option reads it: from the last reasoning
+    marker on. With gated markers the marker is found by its token id (a marker spelled in a
+    message never counts); otherwise the last PROMPT_TAIL_TOKENS tokens are decoded."""
+    if not prompt_token_ids or not (spec.reasoning_open or spec.reasoning_close):
+        return None
+    ids = list(prompt_token_ids)
+    markers = spec.reasoning_open + spec.reasoning_close
+    if tokenizer is not None:
+        gates = resolve_delimiters(spec, tokenizer)
+        by_id = {gates[m]: m for m in markers if gates.get(m) is not None}
+        if len(by_id) == len(set(markers)):
+            for i in range(len(ids) - 1, -1, -1):
+                marker = by_id.get(ids[i])
+                if marker is not None:
+                    tail = tokenizer.decode(ids[i + 1 :])
+                    for d in spec.delimiters:  # spelled markers after it are text, not structure
+                        tail = tail.replace(d, "")
+                    return marker + tail
+            return ""
+        return tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:])
+    try:  # no chatsieve tokenizer: the engine's own decodes the tail
+        return engine_tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
+    except Exception:
+        return None

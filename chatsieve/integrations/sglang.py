@@ -55,7 +55,7 @@ from ..parser import StreamParser, parse
 from ..preparation import render_request_prompt
 from ..protocols.common import ChatRequest, RequestError, ToolCallFilter, runs
 from ..protocols.openai_chat import parse_chat_request
-from .hf_tokenizer import chatsieve_tokenizer, stream_arguments_from_env
+from .hf_tokenizer import chatsieve_tokenizer, prompt_tail, stream_arguments_from_env
 
 SUPPORTED_SGLANG = ">=0.5.23,<0.5.24"
 TESTED_SGLANG = "0.5.23"
@@ -177,7 +177,10 @@ def _check_interfaces() -> None:
         (ToolCall, ("id", "index", "type", "function")),
         (FunctionResponse, ("name", "arguments")),
         (ToolCallItem, ("tool_index", "name", "parameters")),
-        (ChatCompletionRequest, ("separate_reasoning", "no_stop_trim", "stop_token_ids", "stream")),
+        (
+            ChatCompletionRequest,
+            ("separate_reasoning", "no_stop_trim", "stop_token_ids", "stream", "input_ids"),
+        ),
     ):
         missing = [f for f in names if f not in model.model_fields]
         if missing:
@@ -423,11 +426,13 @@ class ChatsieveChatEncodingAdapter:
 
     def _session(self, request: Any) -> OutputSession:
         rendered = getattr(request, _RENDERED_ATTR, None)
-        if rendered is None:  # a request that did not come through encode_messages (input_ids given)
+        if rendered is None:  # the client sent prompt `input_ids`: SGLang rendered nothing
             try:
-                rendered = Rendered(parse_chat_request(_wire(request)), "")
+                req = parse_chat_request(_wire(request))
             except RequestError as e:
                 raise ValueError(e.message) from None
+            tail = prompt_tail(formats.get(self.format), request.input_ids, self.tokenizer)
+            rendered = Rendered(req, tail or "")
         req = rendered.request
         active = self._hooks.tool_call_parsing_active(request)
         return OutputSession(
@@ -448,7 +453,7 @@ class ChatsieveChatEncodingAdapter:
     ) -> tuple[str | None, str, list[ToolCall] | None, dict]:
         session = self._session(request)
         reasoning, content, pieces = session.pieces(session.finish(output_ids, finish_reason))
-        calls = _whole_calls(pieces)
+        calls = _whole_calls(pieces, session.incomplete_tool_call_indices)
         if calls and finish_reason.get("type") == "stop":
             finish_reason = {**finish_reason, "type": "tool_calls", "matched": None}
         return reasoning or None, content, calls or None, finish_reason
@@ -508,7 +513,7 @@ class ChatsieveChatEncodingAdapter:
     ) -> tuple[str, str, list[ToolCallItem]]:
         session = self._responses_session(request, parse_tool_calls, separate_reasoning)
         reasoning, content, pieces = session.pieces(session.finish(output_ids, finish_reason))
-        return reasoning, content, _call_items(_whole_calls(pieces))
+        return reasoning, content, _call_items(_whole_calls(pieces, session.incomplete_tool_call_indices))
 
     def new_responses_stream(
         self, *, request: Any, require_reasoning: bool, separate_reasoning: bool, parse_tool_calls: bool
@@ -541,10 +546,13 @@ class ChatsieveChatEncodingAdapter:
         )
 
 
-def _whole_calls(pieces: list[ToolCall]) -> list[ToolCall]:
-    """A finished output's call deltas joined into one ToolCall per call."""
+def _whole_calls(pieces: list[ToolCall], incomplete: set[int]) -> list[ToolCall]:
+    """A finished output's call deltas joined into one ToolCall per call; a call cut short (only
+    with argument streaming) is not returned: it is never executed."""
     calls: dict[int, ToolCall] = {}
     for p in pieces:
+        if p.index in incomplete:
+            continue
         if p.function.name is not None:
             calls[p.index] = ToolCall(
                 id=p.id, index=p.index, function=FunctionResponse(name=p.function.name, arguments="")

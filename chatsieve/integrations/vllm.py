@@ -48,12 +48,11 @@ from ..events import (
 )
 from ..parser import StreamParser, resolve_delimiters
 from ..protocols.openai_chat import ToolCallFilter
-from .hf_tokenizer import chatsieve_tokenizer, stream_arguments_from_env
+from .hf_tokenizer import chatsieve_tokenizer, prompt_tail, stream_arguments_from_env
 
 SUPPORTED_VLLM = ">=0.33,<0.34"
 TESTED_VLLM = "0.33.0"
 PARSER_PREFIX = "chatsieve_"
-PROMPT_TAIL_TOKENS = 64  # prompt tokens decoded to find an open reasoning block (text-matched markers)
 
 log = logging.getLogger("chatsieve.vllm")
 
@@ -338,35 +337,6 @@ class RequestSession:
             if not c.incomplete
         ]
         return msg.reasoning, msg.content, calls
-
-
-def prompt_tail(
-    spec, prompt_token_ids: Sequence[int] | None, tokenizer: Any, vllm_tokenizer: Any
-) -> str | None:
-    """The end of the prompt as chatsieve's `prompt=` option reads it: from the last reasoning
-    marker on. With gated markers the marker is found by its token id (a marker spelled in a
-    message never counts); otherwise the last PROMPT_TAIL_TOKENS tokens are decoded."""
-    if not prompt_token_ids or not (spec.reasoning_open or spec.reasoning_close):
-        return None
-    ids = list(prompt_token_ids)
-    markers = spec.reasoning_open + spec.reasoning_close
-    if tokenizer is not None:
-        gates = resolve_delimiters(spec, tokenizer)
-        by_id = {gates[m]: m for m in markers if gates.get(m) is not None}
-        if len(by_id) == len(set(markers)):
-            for i in range(len(ids) - 1, -1, -1):
-                marker = by_id.get(ids[i])
-                if marker is not None:
-                    tail = tokenizer.decode(ids[i + 1 :])
-                    for d in spec.delimiters:  # spelled markers after it are text, not structure
-                        tail = tail.replace(d, "")
-                    return marker + tail
-            return ""
-        return tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:])
-    try:
-        return vllm_tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
-    except Exception:
-        return None
 
 
 # ---------------------------------------------------------------- reasoning by token id

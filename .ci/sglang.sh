@@ -16,7 +16,7 @@ CACHE="${CHATSIEVE_CACHE:-$HOME/.cache/chatsieve}"
 DEST="$CACHE/sglang-$VERSION"
 PY="$DEST/bin/python"
 REQ="requirements/sglang-test.txt"
-CHECK="import sglang.srt.entrypoints.openai.serving_chat, sglang.srt.server_args"
+CHECK="import sglang.srt.entrypoints.openai.serving_chat, sglang.srt.parser.template_manager, sglang.srt.server_args"
 
 grep -qx "sglang==$VERSION" "$REQ" || { echo "sglang.sh: $REQ does not pin sglang==$VERSION" >&2; exit 1; }
 if [ -f "$DEST/.complete" ] && cmp -s "$REQ" "$DEST/.complete" && "$PY" -W ignore -c "$CHECK" 2>/dev/null; then

@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -82,12 +83,15 @@ class StandInTokenizerManager:
             return
         step = self.job.get("step") or max(1, len(ids))
         bounds = list(range(0, len(ids), step)) or [0]
+        text = ""  # the text so far (SGLang's adapter route reads the ids; its text routes read this)
         for n, start in enumerate(bounds):
             end = min(start + step, len(ids))
             last = n == len(bounds) - 1
             new = ids[start:end]
+            piece = self.tokenizer.decode(new)
+            text += piece
             yield {
-                "text": self.tokenizer.decode(new if incremental else ids[:end]),
+                "text": piece if incremental else text,
                 "output_ids": new if incremental else ids[:end],
                 "meta_info": {**base, "finish_reason": finish if last else None, "completion_tokens": end},
                 "index": 0,
@@ -127,6 +131,7 @@ class Servers:
         self._override = None
         self.serving = None
         self.manager: StandInTokenizerManager | None = None
+        self._tokenizers: dict[str, Any] = {}
 
     def get(self, job: dict):
         key = (
@@ -138,6 +143,7 @@ class Servers:
         if key == self._current:
             return self.serving, self.manager
         from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+        from sglang.srt.parser.template_manager import TemplateManager
         from sglang.srt.runtime_context import get_context
         from sglang.srt.utils.hf_transformers_utils import get_tokenizer
 
@@ -151,15 +157,12 @@ class Servers:
             incremental_streaming_output=bool(job.get("incremental")),
         )
         server_args = self._override.install()
-        tokenizer = get_tokenizer(model["path"])
+        if model["path"] not in self._tokenizers:  # loading one is slow (Gemma 4's vocabulary)
+            self._tokenizers[model["path"]] = get_tokenizer(model["path"])
+        tokenizer = self._tokenizers[model["path"]]
         self.manager = StandInTokenizerManager(server_args, tokenizer, model["path"], model["model_type"])
-        template_manager = SimpleNamespace(
-            chat_template_name=None,
-            jinja_template_content_format="string",
-            force_reasoning=False,
-            reasoning_config=None,
-            python_chat_template=None,
-        )
+        template_manager = TemplateManager()  # SGLang's own: the model directory's chat template
+        template_manager.initialize_templates(self.manager, model["path"])
         self.serving = OpenAIServingChat(self.manager, template_manager)
         self._current = key
         return self.serving, self.manager
@@ -240,6 +243,7 @@ async def run(jobs: dict) -> dict:
     for job in jobs["jobs"]:
         os.environ["CHATSIEVE_STREAM_ARGUMENTS"] = "1" if job.get("stream_arguments") else ""
         result: dict = {}
+        began = time.perf_counter()
         if job.get("kind") == "text":
             out["results"][job["id"]] = _text_job(job)
             continue
@@ -257,6 +261,7 @@ async def run(jobs: dict) -> dict:
             import traceback
 
             result["exception"] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-6)}"
+        result["seconds"] = time.perf_counter() - began  # for the record (bench, not asserted)
         out["results"][job["id"]] = result
     out["gate"] = _gate_checks()
     return out

@@ -35,6 +35,7 @@ from chatsieve.tokenizer import load_tokenizer
 from chatsieve.tools import json_text
 from tests import models
 from tests.fixture_tools import offering_every_call
+from tests.readme_recipes import command, readme_blocks
 from tests.sglang_env import sglang_python
 
 REPO = Path(__file__).resolve().parent.parent
@@ -203,6 +204,9 @@ def reference(case, model: dict, ref: dict) -> tuple[Message, list[int]]:
         stream_arguments=ref["stream_arguments"],
         finish_reason="length" if case.finish_reason == "length" else "stop",
     )
+    # the plugin returns calls to offered functions only (its policy, tested on its own below)
+    offered = {t["function"]["name"] for t in req.prompt_tools or ()}
+    msg.tool_calls = [c for c in msg.tool_calls if c.name in offered]
     return msg, prompt_ids
 
 
@@ -283,10 +287,14 @@ QWEN3_OUTPUT = (
     "<think>\nThe user wants weather.\n</think>\n\nChecking. "
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
 )
-ARGV = {
-    "chatsieve": ["--model-path", "m", "--tool-call-parser", "chatsieve_qwen3", "--reasoning-parser", "chatsieve_qwen3"],
+README = "Inside SGLang: the plugin"
+ARGV = {  # the README's command line as written (MODEL filled in), and a name no format has
+    "readme": [
+        "m" if word == "MODEL" else word
+        for word in command(readme_blocks(README)[0], "python -m sglang.launch_server")
+    ],
     "unknown": ["--model-path", "m", "--tool-call-parser", "chatsieve_nosuchformat"],
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="session")

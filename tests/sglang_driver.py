@@ -45,6 +45,7 @@ class StandInTokenizerManager:
         self.tokenizer = tokenizer
         self.model_path = model_path
         self.served_model_name = "test-model"
+        self.processor = None  # a text model: no multimodal processor
         self.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
         self.model_config = SimpleNamespace(
             hf_config=SimpleNamespace(architectures=["StandInForCausalLM"], model_type=model_type),
@@ -255,6 +256,9 @@ async def run(jobs: dict) -> dict:
             response = await serving.handle_request(request, None)
             result.update(await _body(response))
             result.update(serving_info)
+            # the request as SGLang's model holds it (it normalises some fields, e.g. Python type
+            # names in tool schemas): what the adapter reads
+            result["wire"] = request.model_dump(exclude_unset=True, by_alias=True, mode="json")
             if manager.sent:
                 result["prompt_ids"] = list(manager.sent[0].input_ids or ())
         except Exception as e:  # reported, not raised: the test names the job that failed

@@ -307,8 +307,15 @@ class OutputSession:
         self.calls = calls
         self.separate_reasoning = separate_reasoning
         self.num_consumed_tokens = 0
-        self.incomplete_tool_call_indices: set[int] = set()
+        self.incomplete: set[int] = set()  # calls cut short (only with argument streaming)
+        self.complete_calls = 0
         self.finished = False
+
+    @property
+    def incomplete_tool_call_indices(self) -> set[int]:
+        """What SGLang asks before it turns a stream's "stop" into "tool_calls": the cut calls, but
+        only when no call completed (a complete call makes the finish "tool_calls")."""
+        return set() if self.complete_calls else set(self.incomplete)
 
     def feed(self, ids: Sequence[int]) -> list[Event]:
         self.num_consumed_tokens += len(ids)
@@ -321,8 +328,10 @@ class OutputSession:
         if self.finished:
             return events
         self.finished = True
+        # "length" is news to the parser; at a stop (an end token, a stop string) it has seen the
+        # ids itself and judges whether the output ended inside a call (then cut, never executed)
         kind = (finish_reason or {}).get("type")
-        events += self._kept(self.parser.finish("length" if kind == "length" else "stop"))
+        events += self._kept(self.parser.finish("length" if kind == "length" else None))
         self.calls.finish()
         for d in self.calls.dropped:
             log.info("chatsieve: dropped call %s: %s", d.raw[:200], d.why)
@@ -331,9 +340,12 @@ class OutputSession:
     def _kept(self, events: list[Event]) -> list[Event]:
         events = self.calls.apply(events) if events else events
         for e in events:
-            if isinstance(e, ToolCallEnd) and e.incomplete:
-                self.incomplete_tool_call_indices.add(e.index)
-                log.info("chatsieve: call %d ended incomplete (output cut short)", e.index)
+            if isinstance(e, ToolCallEnd):
+                if e.incomplete:
+                    self.incomplete.add(e.index)
+                    log.info("chatsieve: call %d ended incomplete (output cut short)", e.index)
+                else:
+                    self.complete_calls += 1
         return events
 
     def pieces(self, events: list[Event]) -> tuple[str, str, list[ToolCall]]:
@@ -453,7 +465,7 @@ class ChatsieveChatEncodingAdapter:
     ) -> tuple[str | None, str, list[ToolCall] | None, dict]:
         session = self._session(request)
         reasoning, content, pieces = session.pieces(session.finish(output_ids, finish_reason))
-        calls = _whole_calls(pieces, session.incomplete_tool_call_indices)
+        calls = _whole_calls(pieces, session.incomplete)
         if calls and finish_reason.get("type") == "stop":
             finish_reason = {**finish_reason, "type": "tool_calls", "matched": None}
         return reasoning or None, content, calls or None, finish_reason
@@ -513,7 +525,7 @@ class ChatsieveChatEncodingAdapter:
     ) -> tuple[str, str, list[ToolCallItem]]:
         session = self._responses_session(request, parse_tool_calls, separate_reasoning)
         reasoning, content, pieces = session.pieces(session.finish(output_ids, finish_reason))
-        return reasoning, content, _call_items(_whole_calls(pieces, session.incomplete_tool_call_indices))
+        return reasoning, content, _call_items(_whole_calls(pieces, session.incomplete))
 
     def new_responses_stream(
         self, *, request: Any, require_reasoning: bool, separate_reasoning: bool, parse_tool_calls: bool

@@ -6,7 +6,8 @@ SGLang's own pieces do the work: `load_plugins()` finds chatsieve through its `s
 entry point and applies its hooks, `ServerArgs` (published with SGLang's own test override) holds
 the parser flags, `OpenAIServingChat.handle_request` takes each request (streaming and not). Only
 the TokenizerManager is a stand-in: it records the prompt SGLang sends to the engine and replays
-the job's exact output token ids, `step` tokens per engine step, as SGLang's scheduler reports them.
+the job's exact output token ids, `step` tokens per engine step (or cut at `cuts`), as SGLang's
+scheduler reports them.
 Each result holds the prompt ids, the SSE data chunks or the response body, or the error.
 """
 
@@ -83,10 +84,11 @@ class StandInTokenizerManager:
             }
             return
         step = self.job.get("step") or max(1, len(ids))
-        bounds = list(range(0, len(ids), step)) or [0]
+        bounds = sorted(set(self.job["cuts"]) - {len(ids)}) if self.job.get("cuts") else None
+        bounds = bounds or list(range(0, len(ids), step)) or [0]
         text = ""  # the text so far (SGLang's adapter route reads the ids; its text routes read this)
         for n, start in enumerate(bounds):
-            end = min(start + step, len(ids))
+            end = bounds[n + 1] if n + 1 < len(bounds) else len(ids)
             last = n == len(bounds) - 1
             new = ids[start:end]
             piece = self.tokenizer.decode(new)

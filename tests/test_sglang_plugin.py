@@ -17,6 +17,7 @@ import functools
 import glob
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -264,6 +265,17 @@ def extra_jobs(dirs: dict) -> list[dict]:
     jobs.append({"id": "error/mixed", "model": "qwen3", "tool_call_parser": "chatsieve_qwen3",
                  "reasoning_parser": "qwen3", "output_ids": [],
                  "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}})  # fmt: skip
+    for n, cuts in enumerate(CHUNKINGS):
+        ids = tok.encode(QWEN3_OUTPUT)
+        request = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "tools": WEATHER}
+        jobs.append({"id": f"chunking/{n}", "model": "qwen3", "tool_call_parser": "chatsieve_qwen3",
+                     "reasoning_parser": "chatsieve_qwen3", "request": {**request, "stream": True},
+                     "output_ids": ids, "cuts": [0] + [c % len(ids) for c in cuts],
+                     "stream_arguments": n % 2 == 1})  # fmt: skip
+    jobs.append({"id": "chunking/batch", "model": "qwen3", "tool_call_parser": "chatsieve_qwen3",
+                 "reasoning_parser": "chatsieve_qwen3", "output_ids": tok.encode(QWEN3_OUTPUT),
+                 "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
+                             "tools": WEATHER, "stream": False}})  # fmt: skip
     jobs.append({"id": "text/qwen3", "kind": "text", "tool_call_parser": "chatsieve_qwen3",
                  "reasoning_parser": "chatsieve_qwen3", "text": QWEN3_OUTPUT, "tools": WEATHER})  # fmt: skip
     return jobs
@@ -288,6 +300,12 @@ QWEN3_OUTPUT = (
     "<think>\nThe user wants weather.\n</think>\n\nChecking. "
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>'
 )
+# engine steps of random sizes (a fixed seed: the same splits every run), with and without
+# argument streaming: any split must give the non-streaming message
+CHUNKINGS = [
+    sorted(random.Random(seed).sample(range(1, 400), random.Random(seed).randint(1, 12)))
+    for seed in range(24)
+]
 README = "Inside SGLang: the plugin"
 ARGV = {  # the README's command line as written (MODEL filled in), and a name no format has
     "readme": [
@@ -441,6 +459,18 @@ def test_every_fixture_mode_ran(sglang_run):
     results, _ = sglang_run
     ran = [k for k in results["results"] if "::" in k]
     assert len(CASES) > 100 and len(ran) == len(CASES) * len(MODES)
+
+
+@pytest.mark.parametrize("n", range(len(CHUNKINGS)))
+def test_any_engine_chunking_gives_the_batch_message(n, sglang_run):
+    results, _ = sglang_run
+    got, finish = streamed_message(results["results"][f"chunking/{n}"])
+    batch, batch_finish = batch_message(results["results"]["chunking/batch"])
+    assert same_message(got, batch) is None
+    assert finish == batch_finish == "tool_calls"
+    assert got.reasoning == "The user wants weather."
+    assert got.content == "Checking."
+    assert [json.loads(c.arguments) for c in got.tool_calls] == [{"city": "Paris", "days": 3}]
 
 
 # ---------------------------------------------------------------- gating, prompts, policies

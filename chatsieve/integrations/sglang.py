@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import formats
-from ..events import Event, ToolCallEnd
+from ..events import ContentDelta, Event, ToolCallEnd
 from ..parser import StreamParser, parse
 from ..preparation import render_request_prompt
 from ..protocols.common import ChatRequest, RequestError, ToolCallFilter, runs
@@ -321,7 +321,12 @@ class OutputSession:
         self.num_consumed_tokens += len(ids)
         if self.finished or not ids:
             return []
-        return self._kept(self.parser.feed(token_ids=list(ids)))
+        try:
+            events = self.parser.feed(token_ids=list(ids))
+        except Exception:  # chatsieve never raises on model output; a bug must not end the stream
+            log.exception("chatsieve: parser failed on an engine step; its text is kept as content")
+            events = [ContentDelta(self.parser.tokenizer.decode(list(ids)))]
+        return self._kept(events)
 
     def finish(self, ids: Sequence[int], finish_reason: dict | None) -> list[Event]:
         events = self.feed(ids)

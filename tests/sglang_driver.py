@@ -199,6 +199,25 @@ def _text_job(job: dict) -> dict:
     }
 
 
+async def _responses_job(servers: Servers, job: dict) -> dict:
+    """SGLang's /v1/responses handler (OpenAIServingResponses) on the same stand-in."""
+    from sglang.srt.entrypoints.openai.protocol import ResponsesRequest
+    from sglang.srt.entrypoints.openai.serving_responses import OpenAIServingResponses
+
+    chat, manager = servers.get(job)
+    serving = OpenAIServingResponses(manager, chat.template_manager)
+    manager.job, manager.sent = job, []
+    response = await serving.create_responses(ResponsesRequest(**job["request"]), None)
+    if hasattr(response, "__aiter__"):  # a stream: the SSE events' data
+        events = []
+        async for piece in response:
+            for line in (piece.decode() if isinstance(piece, bytes) else piece).splitlines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    events.append(json.loads(line[len("data: ") :]))
+        return {"events": events}
+    return await _body(response)
+
+
 def _gate_checks() -> dict:
     """Importing the plugin under another SGLang version, or with a hook it relies on gone."""
     import importlib
@@ -249,6 +268,15 @@ async def run(jobs: dict) -> dict:
         began = time.perf_counter()
         if job.get("kind") == "text":
             out["results"][job["id"]] = _text_job(job)
+            continue
+        if job.get("kind") == "responses":
+            try:
+                result.update(await _responses_job(servers, job))
+            except Exception as e:
+                import traceback
+
+                result["exception"] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-6)}"
+            out["results"][job["id"]] = result
             continue
         try:
             serving, manager = servers.get(job)

@@ -276,6 +276,15 @@ def extra_jobs(dirs: dict) -> list[dict]:
                  "reasoning_parser": "chatsieve_qwen3", "output_ids": tok.encode(QWEN3_OUTPUT),
                  "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
                              "tools": WEATHER, "stream": False}})  # fmt: skip
+    responses_tools = [
+        {"type": "function", "name": "get_weather", "parameters": WEATHER[0]["function"]["parameters"]}
+    ]
+    for stream in (False, True):
+        jobs.append({"id": f"responses/{stream}", "kind": "responses", "model": "qwen3",
+                     "tool_call_parser": "chatsieve_qwen3", "reasoning_parser": "chatsieve_qwen3",
+                     "output_ids": tok.encode(QWEN3_OUTPUT), "step": 1,
+                     "request": {"model": "test-model", "input": "weather in Paris?", "tools": responses_tools,
+                                 "stream": stream}})  # fmt: skip
     jobs.append({"id": "text/qwen3", "kind": "text", "tool_call_parser": "chatsieve_qwen3",
                  "reasoning_parser": "chatsieve_qwen3", "text": QWEN3_OUTPUT, "tools": WEATHER})  # fmt: skip
     return jobs
@@ -552,6 +561,36 @@ def test_text_only_fallback_detectors(sglang_run):
     streamed_args = "".join(c["parameters"] for c in got["stream_calls"])
     assert [c["name"] for c in got["stream_calls"] if c["name"]] == ["get_weather"]
     assert json.loads(streamed_args) == json.loads(want.tool_calls[0].arguments)
+
+
+def _response_items(output: list[dict]) -> list[tuple]:
+    out = []
+    for item in output:
+        if item["type"] == "reasoning":
+            out.append(("reasoning", "".join(c["text"] for c in item["content"])))
+        elif item["type"] == "message":
+            out.append(("message", "".join(c["text"] for c in item["content"])))
+        elif item["type"] == "function_call":
+            out.append(("function_call", item["name"], json.loads(item["arguments"])))
+    return out
+
+
+def test_responses_api_through_the_adapter(sglang_run):
+    """SGLang's /v1/responses handler parses through the same adapter: the same items streamed
+    (the response.completed event) and not."""
+    results, _ = sglang_run
+    want = [
+        ("reasoning", "The user wants weather."),
+        ("message", "Checking."),
+        ("function_call", "get_weather", {"city": "Paris", "days": 3}),
+    ]
+    whole = results["results"]["responses/False"]
+    assert _response_items(whole["body"]["output"]) == want, whole
+    events = results["results"]["responses/True"]["events"]
+    completed = [e for e in events if e["type"] == "response.completed"]
+    assert len(completed) == 1 and _response_items(completed[0]["response"]["output"]) == want
+    deltas = "".join(e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta")
+    assert json.loads(deltas) == {"city": "Paris", "days": 3}
 
 
 # ---------------------------------------------------------------- the plugin in SGLang

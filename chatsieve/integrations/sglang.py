@@ -25,8 +25,9 @@ Written against SGLang SUPPORTED_SGLANG (tested with TESTED_SGLANG); importing i
 SGLang, or one whose hooks differ, raises ImportError naming those versions.
 
 Policies where SGLang leaves a choice (README "Inside SGLang"):
-- naming chatsieve_F for either flag is enough (chatsieve decides reasoning and calls together);
-  naming chatsieve_F for one flag and another parser for the other is refused at start;
+- chatsieve decides reasoning and calls together: `--tool-call-parser chatsieve_F` alone also
+  separates reasoning; `--reasoning-parser chatsieve_F` alone returns no calls (SGLang parses none
+  without a tool-call parser); chatsieve_F beside another parser is refused at start;
 - calls are returned only for functions the request offered (`tools`, the named `tool_choice`),
   none for `tool_choice: "none"`, the first only when `parallel_tool_calls` is false; other calls
   are dropped and logged, never shown as content;

@@ -276,6 +276,15 @@ def extra_jobs(dirs: dict) -> list[dict]:
                  "reasoning_parser": "chatsieve_qwen3", "output_ids": tok.encode(QWEN3_OUTPUT),
                  "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
                              "tools": WEATHER, "stream": False}})  # fmt: skip
+    for label, parsers in (
+        ("tool-only", ("chatsieve_qwen3", None)),
+        ("reasoning-only", (None, "chatsieve_qwen3")),
+    ):
+        for stream in (True, False):
+            jobs.append({"id": f"flags/{label}/{stream}", "model": "qwen3", "tool_call_parser": parsers[0],
+                         "reasoning_parser": parsers[1], "output_ids": tok.encode(QWEN3_OUTPUT), "step": 1,
+                         "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
+                                     "tools": WEATHER, "stream": stream}})  # fmt: skip
     responses_tools = [
         {"type": "function", "name": "get_weather", "parameters": WEATHER[0]["function"]["parameters"]}
     ]
@@ -521,6 +530,23 @@ def test_tool_choice_and_parallel_calls(label, names, stream, sglang_run):
     assert [c.name for c in got.tool_calls] == names
     assert got.content is None  # a dropped call is never shown as content
     assert finish == ("tool_calls" if names else "stop")
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "batch"])
+def test_one_flag_alone(stream, sglang_run):
+    """--tool-call-parser chatsieve_F alone also separates reasoning; --reasoning-parser alone
+    returns no calls (SGLang parses none without a tool-call parser), never their markup as text."""
+    results, _ = sglang_run
+    tool_only, _ = answered(results["results"][f"flags/tool-only/{stream}"])
+    assert (tool_only.reasoning, tool_only.content) == ("The user wants weather.", "Checking.")
+    assert [json.loads(c.arguments) for c in tool_only.tool_calls] == [{"city": "Paris", "days": 3}]
+    reasoning_only, finish = answered(results["results"][f"flags/reasoning-only/{stream}"])
+    assert (reasoning_only.reasoning, reasoning_only.content, reasoning_only.tool_calls) == (
+        "The user wants weather.",
+        "Checking.",
+        [],
+    )
+    assert finish == "stop"
 
 
 def test_a_message_cannot_spell_control_tokens_into_the_prompt(sglang_run):

@@ -39,7 +39,9 @@ def _argparse_check(argv: list[str]) -> dict:
 class StandInTokenizerManager:
     """What OpenAIServingChat reads of SGLang's TokenizerManager; generate_request replays ids."""
 
-    def __init__(self, server_args: Any, tokenizer: Any, model_path: str, model_type: str) -> None:
+    def __init__(
+        self, server_args: Any, tokenizer: Any, model_path: str, model_type: str, multimodal: bool = False
+    ) -> None:
         from sglang.srt.runtime_context import get_context
 
         self.server_args = server_args
@@ -50,7 +52,7 @@ class StandInTokenizerManager:
         self.request_logger = SimpleNamespace(log_requests=False, log_requests_level=0)
         self.model_config = SimpleNamespace(
             hf_config=SimpleNamespace(architectures=["StandInForCausalLM"], model_type=model_type),
-            is_multimodal=False,
+            is_multimodal=multimodal,
             get_default_sampling_params=lambda: {},
         )
         self._context = get_context()
@@ -142,6 +144,7 @@ class Servers:
             job.get("tool_call_parser"),
             job.get("reasoning_parser"),
             bool(job.get("incremental")),
+            bool(job.get("multimodal")),
         )
         if key == self._current:
             return self.serving, self.manager
@@ -163,7 +166,9 @@ class Servers:
         if model["path"] not in self._tokenizers:  # loading one is slow (Gemma 4's vocabulary)
             self._tokenizers[model["path"]] = get_tokenizer(model["path"])
         tokenizer = self._tokenizers[model["path"]]
-        self.manager = StandInTokenizerManager(server_args, tokenizer, model["path"], model["model_type"])
+        self.manager = StandInTokenizerManager(
+            server_args, tokenizer, model["path"], model["model_type"], bool(job.get("multimodal"))
+        )
         template_manager = TemplateManager()  # SGLang's own: the model directory's chat template
         template_manager.initialize_templates(self.manager, model["path"])
         self.serving = OpenAIServingChat(self.manager, template_manager)

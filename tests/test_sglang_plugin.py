@@ -262,6 +262,9 @@ def extra_jobs(dirs: dict) -> list[dict]:
     jobs.append({"id": "error/image", "model": "qwen3", "tool_call_parser": "chatsieve_qwen3",
                  "reasoning_parser": "chatsieve_qwen3", "output_ids": [],
                  "request": {"model": "test-model", "messages": [{"role": "user", "content": image}]}})  # fmt: skip
+    jobs.append({"id": "error/image-multimodal", "model": "qwen3", "multimodal": True,
+                 "tool_call_parser": "chatsieve_qwen3", "reasoning_parser": "chatsieve_qwen3", "output_ids": [],
+                 "request": {"model": "test-model", "messages": [{"role": "user", "content": image}]}})  # fmt: skip
     jobs.append({"id": "error/mixed", "model": "qwen3", "tool_call_parser": "chatsieve_qwen3",
                  "reasoning_parser": "qwen3", "output_ids": [],
                  "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}})  # fmt: skip
@@ -348,7 +351,8 @@ def sglang_run(tmp_path_factory):
     jobs += extra_jobs(dirs)
     # one OpenAIServingChat per model and parser flags: jobs grouped by them
     jobs.sort(key=lambda j: (j.get("kind", ""), j.get("model", ""), str(j.get("tool_call_parser")),
-                             str(j.get("reasoning_parser")), bool(j.get("incremental"))))  # fmt: skip
+                             str(j.get("reasoning_parser")), bool(j.get("incremental")),
+                             bool(j.get("multimodal"))))  # fmt: skip
     spec = {"models": dirs, "jobs": jobs, "argparse": list(ARGV.values())}
     (root / "jobs.json").write_text(json.dumps(spec), encoding="utf-8")
     site = _entry_point_site(root)
@@ -570,6 +574,12 @@ def test_bad_requests_get_sglang_errors(sglang_run):
     # SGLang refuses media for a text model itself; for a multimodal one chatsieve does (text prompts only)
     assert image.get("error", {}).get("code") == 400, image
     assert "image_url" in image["error"]["message"]
+    multimodal = results["results"]["error/image-multimodal"]
+    assert multimodal.get("error", {}).get("code") == 400, multimodal
+    assert (
+        "messages[0] has a image_url part: chatsieve renders text prompts only"
+        in multimodal["error"]["message"]
+    )
     mixed = results["results"]["error/mixed"]
     assert "decides reasoning and tool calls together" in mixed.get("exception", ""), mixed
 

@@ -288,6 +288,21 @@ def extra_jobs(dirs: dict) -> list[dict]:
                          "reasoning_parser": parsers[1], "output_ids": tok.encode(QWEN3_OUTPUT), "step": 1,
                          "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
                                      "tools": WEATHER, "stream": stream}})  # fmt: skip
+    stopped = tok.encode("Hello there STOP and more.<|im_end|>")
+    for label, keep in (("trim", False), ("keep", True)):
+        for stream in (True, False):
+            request = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "stop": ["STOP"],
+                       "chat_template_kwargs": {"enable_thinking": False}, "stream": stream}  # fmt: skip
+            if keep:
+                request["no_stop_trim"] = True
+            jobs.append({"id": f"stop/{label}/{stream}", "model": "qwen3", "tool_call_parser": "chatsieve_qwen3",
+                         "reasoning_parser": "chatsieve_qwen3", "output_ids": stopped, "step": 1,
+                         "request": request})  # fmt: skip
+    for stream in (True, False):
+        jobs.append({"id": f"separate-false/{stream}", "model": "qwen3", "tool_call_parser": "chatsieve_qwen3",
+                     "reasoning_parser": "chatsieve_qwen3", "output_ids": tok.encode(QWEN3_OUTPUT), "step": 1,
+                     "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
+                                 "tools": WEATHER, "separate_reasoning": False, "stream": stream}})  # fmt: skip
     responses_tools = [
         {"type": "function", "name": "get_weather", "parameters": WEATHER[0]["function"]["parameters"]}
     ]
@@ -551,6 +566,30 @@ def test_one_flag_alone(stream, sglang_run):
         [],
     )
     assert finish == "stop"
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "batch"])
+def test_stop_strings_are_cut_from_the_ids(stream, sglang_run):
+    """SGLang's engine stops at a stop string, but its ids run to the token that completed it:
+    chatsieve cuts there (and keeps the stop string with no_stop_trim), as chatsieve.parse does."""
+    results, dirs = sglang_run
+    tok = _tokenizer(dirs["qwen3"]["path"])
+    ids = tok.encode("Hello there STOP and more.<|im_end|>")
+    for label, keep in (("trim", False), ("keep", True)):
+        got, _ = answered(results["results"][f"stop/{label}/{stream}"])
+        want = parse(token_ids=ids, format="qwen3", tokenizer=tok, thinking=False, stop=["STOP"],
+                     stop_token_ids=sorted(tok.stop_token_ids), include_stop_str_in_output=keep)  # fmt: skip
+        assert got.content == want.content
+        assert ("STOP" in got.content) is keep and "more" not in got.content
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "batch"])
+def test_separate_reasoning_false_sends_reasoning_as_content(stream, sglang_run):
+    results, _ = sglang_run
+    got, _ = answered(results["results"][f"separate-false/{stream}"])
+    assert got.reasoning is None
+    assert got.content == "The user wants weather." + "Checking."
+    assert [c.name for c in got.tool_calls] == ["get_weather"]
 
 
 def test_a_message_cannot_spell_control_tokens_into_the_prompt(sglang_run):

@@ -265,6 +265,11 @@ def extra_jobs(dirs: dict) -> list[dict]:
     jobs.append({"id": "error/image-multimodal", "model": "qwen3", "multimodal": True,
                  "tool_call_parser": "chatsieve_qwen3", "reasoning_parser": "chatsieve_qwen3", "output_ids": [],
                  "request": {"model": "test-model", "messages": [{"role": "user", "content": image}]}})  # fmt: skip
+    jobs.append({"id": "error/continue", "model": "qwen3", "tool_call_parser": "chatsieve_qwen3",
+                 "reasoning_parser": "chatsieve_qwen3", "output_ids": [],
+                 "request": {"model": "test-model", "continue_final_message": True,
+                             "messages": [{"role": "user", "content": "hi"},
+                                          {"role": "assistant", "content": "Once upon"}]}})  # fmt: skip
     jobs.append({"id": "error/mixed", "model": "qwen3", "tool_call_parser": "chatsieve_qwen3",
                  "reasoning_parser": "qwen3", "output_ids": [],
                  "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}})  # fmt: skip
@@ -619,6 +624,9 @@ def test_bad_requests_get_sglang_errors(sglang_run):
         "messages[0] has a image_url part: chatsieve renders text prompts only"
         in multimodal["error"]["message"]
     )
+    continued = results["results"]["error/continue"]
+    assert continued.get("error", {}).get("code") == 400, continued
+    assert "continue_final_message is not supported" in continued["error"]["message"]
     mixed = results["results"]["error/mixed"]
     assert "decides reasoning and tool calls together" in mixed.get("exception", ""), mixed
 

@@ -39,7 +39,8 @@ Policies where SGLang leaves a choice (README "Inside SGLang"):
   off, else the format's default; `separate_reasoning: false` sends the reasoning as content text;
 - stop strings and stop token ids are cut by chatsieve from the ids (`no_stop_trim` keeps a stop
   string); tool-call ids are chatsieve's (the family's convention);
-- image, audio and video parts are refused (400): chatsieve renders text prompts.
+- image, audio and video parts are refused (400): chatsieve renders text prompts; so is
+  `continue_final_message` (a trailing assistant message is rendered as a finished turn).
 """
 
 from __future__ import annotations
@@ -434,6 +435,12 @@ class ChatsieveChatEncodingAdapter:
         the messages and tools are not used: the request is read as chatsieve serve reads it)."""
         body = _wire(request)
         _refuse_media(body)
+        last = (body.get("messages") or [{}])[-1]
+        if body.get("continue_final_message") and isinstance(last, dict) and last.get("role") == "assistant":
+            raise ValueError(
+                "continue_final_message is not supported by chatsieve's prompts (a trailing assistant "
+                "message is rendered as a finished turn); leave it out, or send the prompt as input_ids"
+            )
         try:
             req = parse_chat_request(body)
             prompt = render_request_prompt(req, tokenizer=self.tokenizer, format=self.format, context=None)

@@ -224,33 +224,48 @@ async def _responses_job(servers: Servers, job: dict) -> dict:
 
 
 def _gate_checks() -> dict:
-    """Importing the plugin under another SGLang version, or with a hook it relies on gone."""
+    """Importing the plugin under another SGLang version, or with a name it relies on gone (each
+    removed for one import, then put back): what the ImportError says, or None if it imported."""
     import importlib
     import importlib.metadata as metadata
 
     from sglang.srt.entrypoints.openai import chat_encoding_adapters as adapters
+    from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
 
     name = "chatsieve.integrations.sglang"
     saved = sys.modules.pop(name)
     out = {}
+
+    def attempt() -> str | None:
+        try:
+            importlib.import_module(name)
+            return None
+        except ImportError as e:
+            return str(e)
+        finally:
+            sys.modules.pop(name, None)
+
     original = metadata.version
-    missing = adapters.select_new_output_ids
     try:
         metadata.version = lambda dist: "0.5.22" if dist == "sglang" else original(dist)
-        for key, undo in (("version", None), ("hook", "select_new_output_ids")):
-            if undo is not None:
-                metadata.version = original
-                delattr(adapters, undo)
-            try:
-                importlib.import_module(name)
-                out[key] = None
-            except ImportError as e:
-                out[key] = str(e)
-            sys.modules.pop(name, None)
+        out["version"] = attempt()
     finally:
         metadata.version = original
-        adapters.select_new_output_ids = missing
-        sys.modules[name] = saved
+    for owner, attr in (
+        (adapters, "select_new_output_ids"),
+        (adapters, "token_output_sse_chunks"),
+        (adapters, "_BUILDERS"),
+        (OpenAIServingChat, "_resolve_chat_encoding_spec"),
+        (FunctionCallParser, "ToolCallParserEnum"),
+    ):
+        value = owner.__dict__[attr]
+        delattr(owner, attr)
+        try:
+            out[f"{getattr(owner, '__name__', owner)}.{attr}"] = attempt()
+        finally:
+            setattr(owner, attr, value)
+    sys.modules[name] = saved
     return out
 
 

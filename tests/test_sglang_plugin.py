@@ -702,7 +702,12 @@ def test_version_gate_and_fragile_points(sglang_run):
     gate = results["gate"]
     assert gate["version"] and "supports SGLang >=0.5.23,<0.5.24" in gate["version"]
     assert "the installed sglang 0.5.22 differs" in gate["version"]
-    assert gate["hook"] and "select_new_output_ids is missing" in gate["hook"]
+    removed = {k: v for k, v in gate.items() if k != "version"}
+    assert len(removed) == 5
+    for name, message in removed.items():  # each name the plugin relies on, removed in turn
+        assert message is not None, f"the plugin imported without {name}"
+        assert "supports SGLang >=0.5.23,<0.5.24" in message
+        assert name.rsplit(".", 1)[1] in message, message
 
 
 def test_importing_without_sglang_says_how_to_install():

@@ -61,6 +61,8 @@ from chatsieve.protocols.common import (
 )
 from chatsieve.protocols.openai_chat import OPENAI_CHAT
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
+from chatsieve.server.chunked_body import EXTENSION as CHUNKED_BODY
+from chatsieve.server.chunked_body import ChunkedBody
 from chatsieve.server.client import EngineHTTP
 from chatsieve.server.metrics import Metrics, MetricsMiddleware, observe_refusal
 from chatsieve.server.model_check import check_model, engine_model_path
@@ -608,14 +610,15 @@ def backend_failure(e: BackendError, request_id: str = "") -> RequestError:
 
 
 class EventStreamResponse(Response):
-    """Server-sent events written by `body(write)`; a client disconnect cancels it (and so the
-    engine request) at once, whatever the ASGI server's spec version."""
+    """Server-sent events written by `body(out)` (straight to the transport where the server offers
+    a `ChunkedBody`); a client disconnect cancels it (and so the engine request) at once, whatever
+    the ASGI server's spec version."""
 
     media_type = "text/event-stream"
 
     def __init__(
         self,
-        body: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
+        body: Callable[[_Out], Awaitable[None]],
         headers: dict[str, str] | None = None,
     ) -> None:
         self.produce = body
@@ -624,9 +627,10 @@ class EventStreamResponse(Response):
         self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def write(data: bytes) -> None:
+        async def send_body(data: bytes) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
+        direct = scope.get("extensions", {}).get(CHUNKED_BODY)
         async with anyio.create_task_group() as tg:
 
             async def stream() -> None:
@@ -638,7 +642,8 @@ class EventStreamResponse(Response):
                             "headers": self.raw_headers,
                         }
                     )
-                    await self.produce(write)
+                    body = direct if direct is not None and direct.usable() else None
+                    await self.produce(_Out(send_body, body))
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except OSError:
                     pass  # the client went away mid-send
@@ -884,6 +889,8 @@ class _Pending:
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.end: bytes | None = None  # b"" for a normal end, else the error events to send
+        self.busy = False  # the writer holds a batch it has not finished writing
+        self.last = 0.0  # loop time of the engine's last batch (for pings)
         self._waiter: asyncio.Future | None = None  # the writer's, while it waits
 
     def put(self, events: list[Event]) -> None:
@@ -906,15 +913,58 @@ class _Pending:
                 await self._waiter
             finally:
                 self._waiter = None
+        return self.take_now()
+
+    def take_now(self) -> tuple[list[Event], bytes | None]:
         events, self.events = self.events, []
         return events, self.end
 
 
-async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder) -> None:
+class _Out:
+    """Where a stream's bytes go: straight to the client's transport (`ChunkedBody`) where the
+    HTTP server offers it, else through the ASGI `send` (`send_body`)."""
+
+    __slots__ = ("send_body", "body")
+
+    def __init__(self, send_body: Callable[[bytes], Awaitable[None]], body: ChunkedBody | None) -> None:
+        self.send_body = send_body
+        self.body = body
+
+    def ready(self) -> bool:
+        """Whether `put` may write now, without waiting for the client."""
+        body = self.body
+        return body is not None and body.ready
+
+    def put(self, data: bytes) -> None:
+        assert self.body is not None
+        self.body.write(data)
+
+    async def write(self, data: bytes) -> None:
+        body = self.body
+        if body is None:
+            await self.send_body(data)
+        else:
+            await body.drain()
+            body.write(data)
+
+
+async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder, out: _Out, ping: bool) -> None:
+    """Read the engine's batches; write each straight away while the client keeps up and nothing
+    waits before it (one task, no hand-over, per engine event), else leave it to the writer."""
+    loop = asyncio.get_running_loop()
     try:
         async with contextlib.aclosing(gen.events()) as events:
             async for batch in events:
-                pending.put(batch)
+                if ping:
+                    pending.last = loop.time()
+                if not batch:
+                    continue
+                if pending.busy or pending.events or not out.ready():
+                    pending.put(batch)
+                else:
+                    data = encoder.encode(batch)
+                    if data:
+                        out.put(data)
     except BackendError as e:
         log.warning("%s backend failed mid-stream: %s", gen.request_id, e)
         pending.close(encoder.error(backend_failure(e, gen.request_id)))
@@ -925,39 +975,52 @@ async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder) -
         pending.close(b"")
 
 
-async def _stream(
-    gen: Generation,
-    encoder: StreamEncoder,
-    ping_interval: float | None,
-    write: Callable[[bytes], Awaitable[None]],
-) -> None:
-    """Write the encoded events of `gen` as they come: the engine is read by a task of its own,
-    so a slow client makes the writes bigger, never the engine wait. While the engine is silent
-    for `ping_interval` seconds, the encoder's keep-alive is sent."""
-    await write(encoder.start())
+async def _stream(gen: Generation, encoder: StreamEncoder, ping_interval: float | None, out: _Out) -> None:
+    """Write the encoded events of `gen` as they come: the engine is read by a task of its own
+    (which writes itself while the client keeps up), so a slow client makes the writes bigger,
+    never the engine wait. While the engine is silent for `ping_interval` seconds, the encoder's
+    keep-alive is sent."""
+    await out.write(encoder.start())
     pending = _Pending()
+    loop = asyncio.get_running_loop()
+    pending.last = loop.time()
     failed: Exception | None = None
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_produce, gen, pending, encoder)
+        tg.start_soon(_produce, gen, pending, encoder, out, ping_interval is not None)
         try:
             while True:
-                if ping_interval is None:
+                if ping_interval is None or pending.events or pending.end is not None:
                     events, end = await pending.take()
                 else:
+                    # one timer per quiet interval, not per event: the batches the producer
+                    # writes itself move `pending.last` on, and the wait is resumed
+                    wait = pending.last + ping_interval - loop.time()
                     events, end = [], None
-                    with anyio.move_on_after(ping_interval) as waited:
-                        events, end = await pending.take()
-                    if waited.cancelled_caught:
-                        ping = encoder.ping()
-                        if ping:
-                            await write(ping)
+                    if wait > 0:
+                        with anyio.move_on_after(wait):
+                            events, end = await pending.take()
+                    if not events and end is None:
+                        if loop.time() - pending.last >= ping_interval:
+                            pending.last = loop.time()
+                            ping = encoder.ping()
+                            if ping:
+                                pending.busy = True
+                                await out.write(ping)
+                                pending.busy = False
                         continue
+                pending.busy = True
+                body = out.body
+                if body is not None and not body.ready:  # merge what comes until the client reads
+                    await body.drain()
+                    more, end = pending.take_now()
+                    events += more
                 data = encoder.encode(events) if events else b""
                 if end is not None:
-                    await write(data + (end or encoder.finish(gen.outcome)))
+                    await out.write(data + (end or encoder.finish(gen.outcome)))
                     break
                 if data:
-                    await write(data)
+                    await out.write(data)
+                pending.busy = False
         except Exception as e:  # a failed write (client gone): raised as itself, not in a group
             failed = e
         tg.cancel_scope.cancel()

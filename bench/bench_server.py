@@ -407,7 +407,8 @@ async def load(
 
 
 def tree_cpu(pid: int) -> float:
-    """User + system seconds of `pid` and its live descendants."""
+    """CPU seconds of `pid` and its live descendants, every thread: the scheduler's nanosecond
+    accounting (/proc/PID/task/TID/schedstat), not the 10 ms ticks of /proc/PID/stat."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -417,17 +418,16 @@ def tree_cpu(pid: int) -> float:
                 continue
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
             children.setdefault(ppid, []).append(int(entry))
-    total, stack = 0.0, [pid]
-    tick = os.sysconf("SC_CLK_TCK")
+    total, stack = 0, [pid]
     while stack:
         p = stack.pop()
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            for task in os.listdir(f"/proc/{p}/task"):
+                total += int(Path(f"/proc/{p}/task/{task}/schedstat").read_text().split()[0])
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick
         stack += children.get(p, [])
-    return total
+    return total / 1e9
 
 
 def time_wait(port: int) -> int:

@@ -146,6 +146,9 @@ class ServerConfig:
 # A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
 # the renderings, encodings and copies it used are many times the request's size.
 TRIM_AFTER_TOKENS = 50_000
+# Inter-token gaps are kept and put in the histogram this many at a time (and at the end of each
+# engine request): a /metrics scrape may miss a stream's last few, never one that has ended.
+GAPS_PER_OBSERVATION = 32
 
 
 @functools.cache
@@ -420,105 +423,118 @@ class Generation:
         if m is not None:
             m.in_flight.inc()
             m.prompt_tokens.inc(self.prompt_tokens)
-        try:
-            async for events in self._events():
+        try:  # (one generator, not two: this runs once per engine event)
+            produced: list[int] = []
+            first = self.request
+            end_id = self.reasoning_end_id
+            if end_id is not None:
+                first = dataclasses.replace(self.request, constraint=None,
+                                            stop_token_ids=(*self.request.stop_token_ids, end_id))
+            async for events in self._run(first, produced):
                 yield events
+            if self._budget_hit and end_id is None:  # the reasoning budget ran out: close it, then go on
+                produced.extend(self.budget_close_ids)
+                events = self.parser.feed(token_ids=list(self.budget_close_ids))
+                if events:
+                    yield self.calls.apply(events)
+            if self._budget_hit or end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
+                if end_id is not None and (not produced or produced[-1] != end_id):  # trimmed, or cut by the budget
+                    produced.append(end_id)
+                    events = self.parser.feed(token_ids=[end_id])
+                    if events:
+                        yield self.calls.apply(events)
+                if self.answer_prefix_ids:  # what opens the answer, as the model would write it
+                    produced.extend(self.answer_prefix_ids)
+                    events = self.parser.feed(token_ids=list(self.answer_prefix_ids))
+                    if events:
+                        yield self.calls.apply(events)
+                left = None if self.max_tokens is None else self.max_tokens - self.completion_tokens
+                if left is None or left > 0:
+                    second = dataclasses.replace(
+                        self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
+                        max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
+                    async for events in self._run(second, produced):
+                        yield events
+            events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
+            self.calls.finish()
+            yield events
+            if self.calls.dropped:
+                log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
         finally:
             if m is not None:
                 m.in_flight.dec()
                 m.completion_tokens.inc(self.completion_tokens)
 
-    async def _events(self) -> AsyncIterator[list[Event]]:
-        produced: list[int] = []
-        first = self.request
-        end_id = self.reasoning_end_id
-        if end_id is not None:
-            first = dataclasses.replace(self.request, constraint=None,
-                                        stop_token_ids=(*self.request.stop_token_ids, end_id))
-        async for events in self._run(first, produced):
-            yield events
-        if self._budget_hit and end_id is None:  # the reasoning budget ran out: close it, then go on
-            produced.extend(self.budget_close_ids)
-            events = self.parser.feed(token_ids=list(self.budget_close_ids))
-            if events:
-                yield self.calls.apply(events)
-        if self._budget_hit or end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
-            if end_id is not None and (not produced or produced[-1] != end_id):  # trimmed, or cut by the budget
-                produced.append(end_id)
-                events = self.parser.feed(token_ids=[end_id])
-                if events:
-                    yield self.calls.apply(events)
-            if self.answer_prefix_ids:  # what opens the answer, as the model would write it
-                produced.extend(self.answer_prefix_ids)
-                events = self.parser.feed(token_ids=list(self.answer_prefix_ids))
-                if events:
-                    yield self.calls.apply(events)
-            left = None if self.max_tokens is None else self.max_tokens - self.completion_tokens
-            if left is None or left > 0:
-                second = dataclasses.replace(
-                    self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
-                    max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
-                async for events in self._run(second, produced):
-                    yield events
-        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
-        self.calls.finish()
-        yield events
-        if self.calls.dropped:
-            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
-
     async def _run(self, request: GenerationRequest, produced: list[int]) -> AsyncIterator[list[Event]]:
-        """One engine request fed through the parser; its finish reason in `_engine_finish`."""
+        """One engine request fed through the parser; its finish reason in `_engine_finish`.
+
+        This loop runs once per engine event (one token each, when the engine is paced), so what
+        it reads of `self` is read once, and the inter-token gaps go to the histogram in groups."""
         self._engine_finish = None
         stream = self.backend.generate(request)
         m = self.metrics
+        gaps: list[float] = []
+        observe = m.inter_token.observe if m is not None else None
+        max_tokens, vocab_size, budget = self.max_tokens, self.vocab_size, self.reasoning_budget
+        parser, calls, feed = self.parser, self.calls, self._feed
         last = started = time.monotonic()
         try:
             async for batch in stream:
                 ids, lps, over = batch.token_ids, batch.logprobs, False
-                if m is not None and ids:
-                    now = time.monotonic()
-                    if not self.completion_tokens:
-                        m.ttft.observe(now - started)
-                    else:
-                        m.inter_token.observe((now - last) / len(ids))
-                    last = now
-                if self.max_tokens is not None and self.completion_tokens + len(ids) > self.max_tokens:
-                    keep = max(self.max_tokens - self.completion_tokens, 0)
-                    ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
-                if ids and self.vocab_size is not None and (min(ids) < 0 or max(ids) >= self.vocab_size):
-                    bad = next(i for i in ids if not 0 <= i < self.vocab_size)
+                n = len(ids)
+                if n:
+                    if observe is not None:
+                        now = time.monotonic()
+                        if not self.completion_tokens:
+                            m.ttft.observe(now - started)
+                        else:
+                            gaps.append((now - last) / n)
+                            if len(gaps) >= GAPS_PER_OBSERVATION:
+                                for gap in gaps:
+                                    observe(gap)
+                                gaps.clear()
+                        last = now
+                    if max_tokens is not None and self.completion_tokens + n > max_tokens:
+                        keep = max(max_tokens - self.completion_tokens, 0)
+                        ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
+                        n = len(ids)
+                if n and vocab_size is not None and (min(ids) < 0 or max(ids) >= vocab_size):
+                    bad = next(i for i in ids if not 0 <= i < vocab_size)
                     raise BackendError(
                         f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
-                        f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
+                        f"(0..{vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
                     )
-                if ids and self.reasoning_budget is not None and not (self._past_reasoning or self._budget_hit):
-                    room = self.reasoning_budget - self.reasoning_tokens
-                    if len(ids) > room:  # the budget ends in this batch: feed up to it, then see
-                        head = self._feed(ids[:room], lps[:room] if lps is not None else None)
+                if n and budget is not None and not (self._past_reasoning or self._budget_hit):
+                    room = budget - self.reasoning_tokens
+                    if n > room:  # the budget ends in this batch: feed up to it, then see
+                        head = feed(ids[:room], lps[:room] if lps is not None else None)
                         produced.extend(ids[:room])
                         if head:
-                            yield self.calls.apply(head)
+                            yield calls.apply(head)
                         if not self._past_reasoning:
                             self._budget_hit = True
                             break  # closing the stream cancels the engine request
                         ids, lps = ids[room:], lps[room:] if lps is not None else None
-                produced.extend(ids)
-                if ids:
-                    events = self._feed(ids, lps)
+                        n = len(ids)
+                if n:
+                    produced.extend(ids)
+                    events = feed(ids, lps)
                     if events:
-                        yield self.calls.apply(events)
+                        yield calls.apply(events)
                 if batch.finish_reason:
                     self._engine_finish = batch.finish_reason
                 if over:
                     self._engine_finish = "length"  # the engine went past max_tokens: cut here
                     break
-                if self.parser.stopped and not batch.finish_reason:
+                if parser.stopped and not batch.finish_reason:
                     break  # a local stop: closing the stream cancels the engine request
         except BackendError:
             if m is not None:
                 m.engine_errors.inc()
             raise
         finally:
+            for gap in gaps:
+                observe(gap)
             await stream.aclose()
 
     def _feed(self, ids: list[int], lps: list | None) -> list[Event]:

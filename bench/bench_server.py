@@ -14,6 +14,9 @@ against batch parsing of the same ids; a wrong one stops the benchmark.
 
     CHATSIEVE_MODELS=../shared/models python bench/bench_server.py [--quick] [--streams 1,32]
 
+The server runs the chatsieve this process imported, so `bench/ab.py OTHER bench/bench_server.py`
+compares two checkouts' servers; `--profile FILE` writes a one-worker server's cProfile stats.
+
 Figures are noisy on a shared machine: compare rows of one run, and note `uptime`.
 """
 

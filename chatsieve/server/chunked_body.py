@@ -6,7 +6,8 @@ as the ASGI scope extension `chatsieve.chunked_body`. A response that has sent i
 the usual ASGI `send` may then write its body chunks with `ChunkedBody.write`, framed as h11 frames
 them (`%x CRLF data CRLF`), and ends with the usual empty `http.response.body`, which h11 turns
 into the last chunk. It is offered only where h11 chose chunked framing (an HTTP/1.1 client, no
-Content-Length, not HEAD); anywhere else the app writes through `send` as before.
+Content-Length, not HEAD); anywhere else the app writes through `send` as before. What goes
+this way passes no middleware: it suits only bodies no middleware transforms (no compression).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class ChunkedBody:
 
     def write(self, data: bytes) -> None:
         """One chunk; nothing for empty data (an empty chunk would end the body)."""
-        if data and not self._cycle.disconnected:
+        if data and not self._cycle.disconnected and not self._transport.is_closing():
             self._transport.write(b"%x\r\n%b\r\n" % (len(data), data))
 
     async def drain(self) -> None:

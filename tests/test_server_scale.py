@@ -197,6 +197,34 @@ def test_an_engine_failure_mid_stream_comes_after_the_deltas_before_it(sink):
     assert "engine gone" not in message and "chatcmpl-test" in message and events[3] == "[DONE]"
 
 
+@SINKS
+def test_pings_come_while_the_engine_is_silent_and_not_while_it_streams(sink):
+    from chatsieve.protocols.anthropic import ANTHROPIC
+
+    body = {"model": MODEL, "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    enc = ANTHROPIC.encoder(ANTHROPIC.parse(body, RequestLimits()), ResponseInfo(model=MODEL, token_bytes=lambda i: b""))
+    writes: list[bytes] = []
+
+    async def write(data: bytes) -> None:
+        writes.append(data)
+
+    class Gen(FakeGeneration):
+        async def events(self):
+            for k in range(300):  # 1.5 s or more of events, each far within the ping interval
+                yield [ContentDelta(f"{k} ")]
+                await anyio.sleep(0.005)
+            await anyio.sleep(2.5)  # then silence: pings
+            yield [ContentDelta("end")]
+            yield []
+
+    anyio.run(_stream, Gen([]), enc, 1.0, out(write, sink))
+    kinds = [e.split(b"\n", 1)[0][len(b"event: "):].decode() for w in writes for e in w.split(b"\n\n") if e]
+    deltas_before = kinds.index("ping")
+    assert kinds[:deltas_before].count("content_block_delta") == 300  # no ping among the streamed deltas
+    assert 1 <= kinds.count("ping") <= 3 and kinds[-1] == "message_stop"
+    assert kinds[kinds.index("ping"):].count("content_block_delta") == 1  # "end", after the pings
+
+
 text = st.text(max_size=6)
 event = st.one_of(
     st.builds(ContentDelta, text),

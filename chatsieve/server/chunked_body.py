@@ -33,13 +33,16 @@ class ChunkedBody:
         """Whether chunks may be written now: the head went out through h11 with chunked framing,
         and neither the end nor a disconnect has come."""
         c = self._cycle
-        return (
-            c.response_started
-            and not c.response_complete
-            and not c.disconnected
-            and type(c.conn._writer) is ChunkedWriter
-            and c.scope["method"] != "HEAD"
-        )
+        try:
+            return (
+                c.response_started
+                and not c.response_complete
+                and not c.disconnected
+                and type(c.conn._writer) is ChunkedWriter
+                and c.scope["method"] != "HEAD"
+            )
+        except (AttributeError, KeyError):  # another uvicorn or h11 than this was written for: use send
+            return False
 
     @property
     def ready(self) -> bool:
@@ -60,8 +63,12 @@ class ChunkedBody:
 
 def offer(protocol: Any) -> None:
     """Put a `ChunkedBody` for `protocol`'s current cycle in its request's scope (once per cycle)."""
-    cycle = protocol.cycle
-    if cycle is not None and not cycle.response_started:
-        extensions = cycle.scope.setdefault("extensions", {})
-        if EXTENSION not in extensions:
+    cycle = getattr(protocol, "cycle", None)
+    if cycle is None or getattr(cycle, "response_started", True):
+        return
+    extensions = cycle.scope.setdefault("extensions", {})
+    if EXTENSION not in extensions:
+        try:
             extensions[EXTENSION] = ChunkedBody(cycle)
+        except AttributeError:  # a cycle without transport or flow control: nothing offered
+            pass

@@ -2,7 +2,8 @@
 
 A small incremental parser, never `eval`: Python literals become JSON as they
 stream -- strings in either quote style (triple-quoted, raw, every escape), numbers,
-True/False/None, lists, tuples and dicts. Keyword arguments only.
+True/False/None, lists, tuples, dicts and sets (a JSON list, in the order written).
+Keyword arguments only.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ _SIMPLE_ESCAPES = {
 }  # fmt: skip
 _WORDS = {"True": "true", "False": "false", "None": "null", "true": "true", "false": "false", "null": "null"}
 _STRING_PREFIXES = frozenset({"r", "u", "b", "br", "rb"})
-_CLOSER = {"[": "]", "(": ")", "{": "}"}
+# container frames: `[` list, `(` tuple, `{` dict, `s` set, `?` a `{` not yet known to
+# open a dict or a set (its first item decides: `:` after it, or `,`/`}`)
+_CLOSER = {"[": "]", "(": ")", "{": "}", "s": "}", "?": "}"}
 
 # call-level states
 LIST, CALL_OR_END, NAME, AFTER_NAME, KW_OR_CLOSE, KW, AFTER_KW, AFTER_ARG, AFTER_CALL, DONE = range(10)
@@ -72,7 +75,11 @@ class PythonicCallCodec(RegionCodec):
         self._bracketed = False
         self._buf = ""  # name, keyword, number or word being read
         self._argc = 0  # keyword arguments written in the current call
-        self._stack: list[list] = []  # [opener, items written]
+        self._stack: list[list] = []  # [opener, items written, held offset of a `?` frame]
+        # argument JSON held while a `{` is undecided (`{}`/`{"k":` or `[`), and its length
+        self._held: list[str] = []
+        self._held_len = 0
+        self._undecided = 0  # `?` frames on the stack
         self._key = False  # the string/number being read is a dict key
         # string state
         self._q = ""
@@ -302,6 +309,8 @@ class PythonicCallCodec(RegionCodec):
         st = self._st
         if st in (V_START, V_START_OR_CLOSE):
             if st == V_START_OR_CLOSE and c == _CLOSER[self._stack[-1][0]]:
+                if self._stack[-1][0] == "?":  # `{}`: an empty dict
+                    self._decide("{")
                 self._close_container()
                 return i + 1
             return self._value_start(c, i)
@@ -331,6 +340,15 @@ class PythonicCallCodec(RegionCodec):
             return i + 1
         # V_AFTER
         top = self._stack[-1][0]
+        if top == "?":  # after a `{`'s first item: `:` makes it a dict, `,` or `}` a set
+            if c == ":":
+                if self._decide("{"):
+                    self.args(":")
+                    self._st = V_START
+                return i if self._error is not None else i + 1
+            if c in ",}":
+                self._decide("s")
+                top = "s"
         if c == ",":
             self._st = V_KEY_OR_CLOSE if top == "{" else V_START_OR_CLOSE
         elif c == _CLOSER[top]:
@@ -342,11 +360,17 @@ class PythonicCallCodec(RegionCodec):
 
     def _value_start(self, c: str, i: int) -> int:
         self._key = False
-        if c in "[({":
+        if c == "{":  # a dict or a set: nothing is written until its first item decides
             self._separator()
-            self.args("{" if c == "{" else "[")
+            self._stack.append(["?", 0, self._held_len])
+            self._undecided += 1
+            self._st = V_START_OR_CLOSE
+            return i + 1
+        if c in "[(":
+            self._separator()
+            self.args("[")
             self._stack.append([c, 0])
-            self._st = V_KEY_OR_CLOSE if c == "{" else V_START_OR_CLOSE
+            self._st = V_START_OR_CLOSE
             return i + 1
         if c in "'\"":
             self._separator()
@@ -372,9 +396,39 @@ class PythonicCallCodec(RegionCodec):
             frame[1] += 1
 
     def _close_container(self) -> None:
-        opener, _ = self._stack.pop()
+        opener = self._stack.pop()[0]
         self.args("}" if opener == "{" else "]")
         self._value_done()
+
+    def _decide(self, kind: str) -> bool:
+        """The innermost `{` opens a dict (`kind` "{"; its first item, if any, is the
+        key) or a set ("s"; written as a JSON list). False when the key cannot be one."""
+        frame = self._stack[-1]
+        held = "".join(self._held)
+        at = frame[2]
+        first = held[at:]
+        if kind == "{" and first and not first.startswith('"'):
+            if JSON_NUMBER.fullmatch(first) is None:  # a dict key must be a string or a number
+                self._err(f"expected a string or a number as a dict key, found {first[:64]}")
+                return False
+            first = json.dumps(first)
+        held = held[:at] + ("{" if kind == "{" else "[") + first
+        frame[0] = kind
+        del frame[2:]
+        self._undecided -= 1
+        if self._undecided:
+            self._held, self._held_len = [held], len(held)
+        else:
+            self._held, self._held_len = [], 0
+            super().args(held)
+        return True
+
+    def args(self, text: str) -> None:
+        if self._undecided:
+            self._held.append(text)
+            self._held_len += len(text)
+        else:
+            super().args(text)
 
     def _value_done(self) -> None:
         self._key = False

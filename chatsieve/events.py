@@ -74,6 +74,25 @@ class Dropped:
     why: str
 
 
+@dataclass(frozen=True, slots=True)
+class CitationSource:
+    """Results of one earlier tool call that ground a citation: Cohere's
+    `0:[1,2]` is tool call 0 (the `tool_call_id` the model was shown), results 1 and 2."""
+
+    tool_call: int
+    results: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Citation(Dropped):
+    """Citation markup removed from `field` ("content" or "reasoning"); the cited
+    `text` stays there. `raw` is the markup with the text, as the model wrote it."""
+
+    field: str = "content"
+    text: str = ""
+    sources: tuple[CitationSource, ...] = ()
+
+
 Event = ReasoningDelta | ContentDelta | ToolCallStart | ToolCallArgsDelta | ToolCallEnd | Dropped
 
 

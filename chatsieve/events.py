@@ -145,8 +145,19 @@ class Message:
             "content": self.content,
             "tool_calls": calls,
             "finish_reason": self.finish_reason,
-            "diagnostics": [{"raw": d.raw, "why": d.why} for d in self.diagnostics],
+            "diagnostics": [_diagnostic(d) for d in self.diagnostics],
         }
+
+
+def _diagnostic(d: Dropped) -> dict:
+    item: dict = {"raw": d.raw, "why": d.why}
+    if isinstance(d, Citation):
+        item["citation"] = {
+            "field": d.field,
+            "text": d.text,
+            "sources": [{"tool_call": c.tool_call, "results": list(c.results)} for c in d.sources],
+        }
+    return item
 
 
 class MessageBuilder:

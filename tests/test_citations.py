@@ -38,6 +38,11 @@ def test_citation_fields() -> None:
         ),
         Citation("<co>was cold</co>", "citation of no sources in content (markup removed, text kept)", "content", "was cold", ()),
     ]
+    assert msg.to_dict()["diagnostics"][1]["citation"] == {
+        "field": "content",
+        "text": "rained",
+        "sources": [{"tool_call": 0, "results": [1, 2]}, {"tool_call": 1, "results": [0]}],
+    }
     for k in range(1, len(text)):
         assert _stream([text[:k], text[k:]]).diagnostics == msg.diagnostics, k
     one_by_one = _stream(list(text))

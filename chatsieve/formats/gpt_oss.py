@@ -188,6 +188,8 @@ class HarmonyEngine(Engine):
         # a marker that ends what came before: a message, a header, a stray
         cut_analysis = mode == BODY and self._kind == REASONING
         self._end_current(truncated=False)
+        if self._rerun:
+            return  # the call's body had ended at a held marker: this one is read again after it
         self._analysis_open = cut_analysis and m in (START, CHANNEL)
         if m == START:
             self._new_header(explicit=True)

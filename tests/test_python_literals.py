@@ -93,3 +93,15 @@ def test_streamed_arguments_equal_final_at_any_split(value, data) -> None:
     assert json.loads(call.arguments) == {"v": as_json(value)}
     assert "".join(e.json_text for e in events if isinstance(e, ToolCallArgsDelta)) == call.arguments
     assert p.message.tool_calls[0].arguments == parse(text, "lfm2", stream_arguments=stream).tool_calls[0].arguments
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20), raw_prefix=st.booleans())
+def test_placeholder_free_fstrings_read_as_strings(text: str, raw_prefix: bool) -> None:
+    body = repr(text).replace("{", "{{").replace("}", "}}")
+    src = "f" + body
+    ast.parse(src, mode="eval")  # real Python
+    assert json.loads(python_literal_json(src)) == text
+    if raw_prefix and "\\" not in body:
+        assert json.loads(python_literal_json("r" + src)) == text
+    assert python_literal_json("f'{x}'") is None

@@ -2,7 +2,8 @@
 
 A small incremental parser, never `eval`: Python literals become JSON as they
 stream -- strings in either quote style (triple-quoted, raw, every escape), numbers,
-True/False/None, lists, tuples, dicts and sets (a JSON list, in the order written).
+True/False/None, lists, tuples, dicts and sets (a JSON list, in the order written);
+f-strings without placeholders.
 Keyword arguments only.
 """
 
@@ -20,6 +21,7 @@ _NAME_RUN = re.compile(r"[\w.\-]*")  # function names (dotted and dashed ones to
 _WORD_RUN = re.compile(r"\w*")
 _NUMBER_RUN = re.compile(r"[\w.]*")
 _STOPS = {q: re.compile("[\\\\" + q + "]") for q in "'\""}
+_F_STOPS = {q: re.compile("[\\\\{}" + q + "]") for q in "'\""}  # f-strings: braces too
 _PY_FLOAT = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _OCTAL = frozenset("01234567")
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -28,7 +30,7 @@ _SIMPLE_ESCAPES = {
     "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\n": "",
 }  # fmt: skip
 _WORDS = {"True": "true", "False": "false", "None": "null", "true": "true", "false": "false", "null": "null"}
-_STRING_PREFIXES = frozenset({"r", "u", "b", "br", "rb"})
+_STRING_PREFIXES = frozenset({"r", "u", "b", "br", "rb", "f", "rf", "fr"})
 # container frames: `[` list, `(` tuple, `{` dict, `s` set, `?` a `{` not yet known to
 # open a dict or a set (its first item decides: `:` after it, or `,`/`}`)
 _CLOSER = {"[": "]", "(": ")", "{": "}", "s": "}", "?": "}"}
@@ -85,6 +87,8 @@ class PythonicCallCodec(RegionCodec):
         self._q = ""
         self._triple = False
         self._raw = False
+        self._fstring = False  # an f-string: literal only without placeholders (`{{`, `}}` kept)
+        self._brace = ""  # an f-string's `{` or `}` whose double is not seen yet
         self._opening = 0  # opening quotes seen: 1, or 2 (empty '' or the start of ''')
         self._closing = 0  # closing quotes seen inside a triple-quoted string
         self._escape = ""
@@ -262,6 +266,7 @@ class PythonicCallCodec(RegionCodec):
         else:  # V_WORD
             if c in "'\"" and word.lower() in _STRING_PREFIXES:
                 self._raw = "r" in word.lower()
+                self._fstring = "f" in word.lower()
                 self._st = V_STRING  # the quote itself opens the string
                 self._q = ""
             elif word in _WORDS and not self._key:
@@ -435,9 +440,11 @@ class PythonicCallCodec(RegionCodec):
         self._st = V_AFTER if self._stack else AFTER_ARG
 
     # ---- strings -----------------------------------------------------------------------------
-    def _open_string(self, q: str, *, raw: bool = False) -> None:
+    def _open_string(self, q: str, *, raw: bool = False, fstring: bool = False) -> None:
         self.args('"')
         self._raw = raw
+        self._fstring = fstring
+        self._brace = ""
         self._st = V_STRING
         self._q = q
         self._opening = 1
@@ -447,7 +454,7 @@ class PythonicCallCodec(RegionCodec):
 
     def _string(self, text: str, i: int, n: int) -> int:
         if not self._q:  # after a prefix (r'', u''): the quote is here
-            self._open_string(text[i], raw=self._raw)
+            self._open_string(text[i], raw=self._raw, fstring=self._fstring)
             return i + 1
         q = self._q
         while i < n and self._opening:
@@ -472,6 +479,14 @@ class PythonicCallCodec(RegionCodec):
             if self._escape:
                 i = self._escaped(text, i)
                 continue
+            if self._brace:  # `{{` / `}}` in an f-string is the brace; one alone is a placeholder
+                if text[i] != self._brace:
+                    self._err("an f-string with a placeholder is not a literal")
+                    return n
+                self.args(self._brace)
+                self._brace = ""
+                i += 1
+                continue
             if self._closing:
                 if text[i] == q:
                     self._closing += 1
@@ -484,12 +499,16 @@ class PythonicCallCodec(RegionCodec):
                 self.args(json_string_body(q * self._closing))
                 self._closing = 0
                 continue
-            m = _STOPS[q].search(text, i)
+            m = (_F_STOPS if self._fstring else _STOPS)[q].search(text, i)
             j = m.start() if m else n
             if j > i:
                 self.args(json_string_body(text[i:j]))
             if m is None:
                 return n
+            if text[j] in "{}":
+                self._brace = text[j]
+                i = j + 1
+                continue
             if text[j] == q:
                 if self._triple:
                     self._closing = 1

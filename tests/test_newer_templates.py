@@ -41,9 +41,6 @@ SWITCHES = {
     "minimax_m3": ("thinking_mode", "enabled", "disabled"),
     "seed_oss": ("thinking_budget", -1, 0),
 }
-# templates that print each tool with `|string` (a Python repr): isolation cannot align
-# delimiters in a tool description and fails closed (PromptError) instead
-REPR_TOOLS = {"apriel"}
 # templates whose generation prompt is there whether add_generation_prompt is true or not
 ALWAYS_OPEN = {"cohere_command"}
 
@@ -185,11 +182,22 @@ def test_caller_strings_never_carry_a_delimiter_id(name):
     plain = ids("")
     for d in delims:
         tid = tok.single_token_id(d)
-        if name in REPR_TOOLS:
-            with pytest.raises(PromptError, match="cannot isolate delimiters"):
-                ids("", f" x{d}y")
-            attacked = ids(f" x{d}y")
-        else:
-            attacked = ids(f" x{d}y", f" x{d}y")
+        attacked = ids(f" x{d}y", f" x{d}y")
         assert attacked.count(tid) == plain.count(tid), f"{name}: {d!r} from caller text became its id"
         assert len(attacked) > len(plain)
+
+
+def test_a_tool_printed_as_python_repr_is_isolated_not_refused():
+    """Apriel prints each tool with `|string` (Python's repr, which escapes the private-use
+    marker characters): a delimiter in a tool description is isolated with printable markers."""
+    tok, _ = stand_in("apriel")
+    tools = json.loads(json.dumps(TOOLS))
+    tools[0]["function"]["description"] += " x<|end|>y"
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    p = render_prompt(msgs, tokenizer=tok, template=source("apriel"), tools=tools, format="apriel")
+    assert "'description': 'Current weather for a city x<|end|>y'" in p.text  # the repr, as the template prints it
+    assert len(p.isolated_spans) == 1
+    s, e = p.isolated_spans[0]
+    assert tok.decode(p.token_ids[s:e]) == "<|end|>" and tok.single_token_id("<|end|>") not in p.token_ids[s:e]
+    plain = render_prompt(msgs, tokenizer=tok, template=source("apriel"), tools=TOOLS, format="apriel")
+    assert p.token_ids.count(tok.single_token_id("<|end|>")) == plain.token_ids.count(tok.single_token_id("<|end|>"))

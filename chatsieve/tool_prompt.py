@@ -70,15 +70,16 @@ def template_support(source: str) -> TemplateSupport:
 
 
 def write_calls(syntax: str, calls: Sequence[Mapping[str, Any]]) -> str:
-    """Earlier calls as the model writes them in `syntax` (only "pythonic": `[f(a="x", n=1)]`)."""
-    if syntax != "pythonic":
-        raise ValueError(f"no writer for call syntax {syntax!r}")
-    parts = []
-    for c in calls:
-        fn = c.get("function") or {}
-        args = _arguments(fn.get("arguments"))
-        parts.append(f"{fn.get('name', '')}(" + ", ".join(f"{k}={_python(v)}" for k, v in args.items()) + ")")
-    return "[" + ", ".join(parts) + "]"
+    """Earlier calls as the model writes them in `syntax`: "pythonic" (`[f(a="x", n=1)]`) or
+    "granite" (`<|tool_call|>[{"name": "f", "arguments": {"a": "x"}}]`)."""
+    named = [((c.get("function") or {}).get("name", ""), _arguments((c.get("function") or {}).get("arguments")))
+             for c in calls]
+    if syntax == "pythonic":
+        return "[" + ", ".join(f"{n}(" + ", ".join(f"{k}={_python(v)}" for k, v in a.items()) + ")"
+                               for n, a in named) + "]"
+    if syntax == "granite":
+        return "<|tool_call|>" + json.dumps([{"name": n, "arguments": a} for n, a in named], ensure_ascii=False)
+    raise ValueError(f"no writer for call syntax {syntax!r}; known: pythonic, granite")
 
 
 def _arguments(args: Any) -> dict:
@@ -138,7 +139,7 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     support = template_support(source)
     doc: ToolPrompt | None = spec.tool_prompt
     missing = []
-    if tools and not support.tools and doc is None:
+    if tools and not support.tools and (doc is None or doc.system is None):
         missing.append("tool definitions")
     if has_results and not support.results and not (doc and doc.result):
         missing.append("tool results (it has no tool role)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 
 import pytest
 from models import chat_tokenizer, model_path, tokenizer
@@ -31,17 +32,14 @@ TOOLS = [
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
 ]  # fmt: skip
 
-# The families whose templates were in shared/models when this was written, each checked here.
-# The templates added since (main fe7da6c: apertus, apriel, functionary, gigachat3, granite,
-# minimax_m3, nemotron, ...) are not in this list yet: several fail the round trip for reasons of
-# their own (calls rendered after the results, a history unlike the generation prompt, calls the
-# template drops) and need their own triage; test_the_round_trip_list_is_known keeps the list honest.
-FAMILIES = ["deepseek_r1", "deepseek_v3", "deepseek_v31", "deepseek_v32", "gemma3", "gemma4", "glm45", "glm47",
-            "gpt_oss", "kimi_k2", "kimi_k2_thinking", "llama3_json", "mistral", "qwen3", "qwen3_coder"]
+# Every family whose FormatSpec names a template in the test data: a new family is checked here
+# as soon as it has one.
+FAMILIES = [n for n in formats.names() if formats.get(n).template]
 
 # the real tokenizer of each family's tokenizer_doc (None: text only)
-_TOKENIZERS = {"qwen3": "qwen3", "deepseek": "deepseek", "gpt-oss": "gpt-oss", "llama3": "llama3",
-               "glm/glm-5": "glm5", "kimi-k2": "kimi_k2", "mistral": "mistral", "gemma3": "gemma3"}  # fmt: skip
+_TOKENIZERS = {"qwen3": "qwen3", "deepseek": "deepseek", "deepseek/v4": "deepseek_v4", "gpt-oss": "gpt-oss",
+               "llama3": "llama3", "glm/glm-5": "glm5", "kimi-k2": "kimi_k2", "mistral": "mistral",
+               "gemma3": "gemma3"}  # fmt: skip
 
 # Templates that render no tool definitions and whose family documents no tool prompt: the round
 # trip is checked without tools (with tools the request is refused, test_ignored_tools_*).
@@ -50,7 +48,18 @@ NO_TOOLS = {"deepseek_r1", "deepseek_v3"}
 # (family, case) -> why the template cannot write that turn as the model did
 _V32 = ("DeepSeek V3.2's template writes thinking-off history as `</think>` but ends the generation prompt with "
         "`<think></think>`: its history is not what follows its own prompt")
+_DROPS_THOUGHT = ("{}'s template drops an earlier turn's reasoning and the `{}` its generation prompt opens "
+                  "the turn with: its history is not what follows its own prompt")
 EXCEPTIONS = {
+    ("apriel", "call"): _DROPS_THOUGHT.format("Apriel 1.6", "Here are my reasoning steps:"),
+    ("apriel", "parallel"): _DROPS_THOUGHT.format("Apriel 1.6", "Here are my reasoning steps:"),
+    ("apriel", "text_and_call"): _DROPS_THOUGHT.format("Apriel 1.6", "Here are my reasoning steps:"),
+    ("nemotron", "call"): _DROPS_THOUGHT.format("Nemotron Nano v2", "<think>"),
+    ("nemotron", "parallel"): _DROPS_THOUGHT.format("Nemotron Nano v2", "<think>"),
+    ("nemotron", "text_and_call"): _DROPS_THOUGHT.format("Nemotron Nano v2", "<think>"),
+    ("gigachat3", "parallel"): "GigaChat 3 writes one call per turn (its template renders only the first)",
+    ("functionary_v31", "text_and_call"): "Functionary v3.1's prompt asks for a reply that is ONLY the call; "
+    "`<function=` is plain text, read as a call only at the reply's start (an echoed one inside an answer stays text)",
     ("gemma4", "text_and_call"): "Gemma 4's template writes a call message's text after the tool results",
     ("gemma3", "text_and_call"): "Gemma 3's documented format has no text beside a call list",
     ("llama3_json", "parallel"): "Llama 3's template refuses more than one call per message",
@@ -75,6 +84,8 @@ def _template(spec) -> str:
 def _tokenizer(spec):
     if spec.tokenizer_doc == "gemma4":
         return chat_tokenizer("gemma4")
+    if spec.tokenizer_doc and spec.tokenizer_doc not in _TOKENIZERS:
+        raise AssertionError(f"{spec.name}: add its tokenizer {spec.tokenizer_doc!r} to _TOKENIZERS (else text mode)")
     name = _TOKENIZERS.get(spec.tokenizer_doc)
     return tokenizer(name) if name else None
 
@@ -125,24 +136,28 @@ def test_returned_message_renders_as_the_model_wrote_it(family, case):
     base = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]
     turn = _model_turn(spec, case, shape)
 
-    def render(messages):
+    def render(messages, add_generation_prompt=True):
+        kw = {"template": source, "tools": tools, "format": family, "add_generation_prompt": add_generation_prompt}
         if tok is None:
-            return render_text(messages, template=source, tools=tools, format=family, **variables), None
-        p = render_prompt(messages, tokenizer=tok, template=source, tools=tools, format=family, **variables)
+            return render_text(messages, **kw, **variables), None
+        p = render_prompt(messages, tokenizer=tok, **kw, **variables)
         return p.text, p.token_ids
 
     prompt_text, prompt_ids = render(base)
     full_text, full_ids = render([*base, turn, *_results(turn)])
-    # The model's text: what follows the prompt in the template's own rendering of the turn.
     assert full_text.startswith(prompt_text), "the template writes history differently from its generation prompt"
-    written = full_text[len(prompt_text):]
+    # The model's text: what follows the prompt in the template's own rendering of the turn, up to
+    # where the tool results' framing begins (Apertus writes the results inside the model's turn).
+    alone, _ = render([*base, turn], add_generation_prompt=False)
+    written = full_text[len(prompt_text) : len(os.path.commonprefix([alone, full_text]))]
     parser = StreamParser(family, tools=tools or TOOLS, prompt=prompt_text, tokenizer=tok)
     if tok is not None:
         assert full_ids[: len(prompt_ids)] == prompt_ids
-        events = parser.feed(token_ids=full_ids[len(prompt_ids):])  # the model's own tokens, gated
+        ids = full_ids[len(prompt_ids):]
+        n = next(n for n in range(len(ids) + 1) if len(tok.decode(ids[:n])) >= len(written))
+        parser.feed(token_ids=ids[:n])  # the model's own tokens, gated
     else:
-        events = parser.feed(written)
-    del events
+        parser.feed(written)
     parser.finish("stop")
     msg = parser.message
     assert [c.name for c in msg.tool_calls] == [c["function"]["name"] for c in turn["tool_calls"]]
@@ -155,6 +170,44 @@ def test_returned_message_renders_as_the_model_wrote_it(family, case):
     again_text, again_ids = render([*base, returned, *results])
     assert again_text == full_text
     assert again_ids == full_ids
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_earlier_answer_ends_where_the_template_ends_the_turn(family):
+    """An answer as the template writes it in history, read from its first character to where the
+    next message's own framing starts: exactly the answer, the family's end of turn read as one
+    (no marker left in the content). Thinking off: templates drop an earlier answer's reasoning."""
+    spec = formats.get(family)
+    tok = _tokenizer(spec)
+    answer = "It is sunny in Paris."
+    conv = [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": answer}]
+
+    def render(*after: dict) -> str:
+        return render_text([*conv, *after], tokenizer=tok, template=_template(spec), format=family,
+                           add_generation_prompt=bool(after), **_variables(spec, tok))
+
+    text = render({"role": "user", "content": "Thanks."})
+    # The turn ends where this rendering parts from the turn rendered last, or from a next message
+    # of another role (whichever agrees longer; a template may render the last turn differently);
+    # where neither agrees past the answer, at the next message's text (its framing included:
+    # the family's end of turn must come first).
+    others = [render()]
+    try:
+        others.append(render({"role": "system", "content": "Thanks."}))
+    except PromptError:
+        pass
+    at = text.index(answer)
+    agreed = max(len(os.path.commonprefix([text, o])) for o in others)
+    end = min(agreed, text.index("Thanks."))
+    tail = text[at + len(answer) : end]
+    if tail.rfind("<") > tail.rfind(">"):  # they parted inside the next role's tag: cut before it
+        end = at + len(answer) + tail.rfind("<")
+    if end <= at + len(answer):
+        end = text.index("Thanks.")
+    parser = StreamParser(family, thinking=False, prompt=text[:at])
+    parser.feed(text[at:end])
+    parser.finish("stop")
+    assert (parser.message.reasoning, parser.message.content) == (None, answer), text[at:end]
 
 
 def test_the_round_trip_list_is_known():
@@ -319,6 +372,34 @@ def test_gemma3_renders_calls_and_results_as_its_guide_describes():
     # the template itself refuses a tool role: without the family it is the template's error
     with pytest.raises(PromptError, match="alternate"):
         render_prompt(conv, tokenizer=tok, tools=TOOLS)
+
+
+def test_granite_writes_earlier_calls_as_its_tool_call_list():
+    """Granite 3.3's template renders only content: an earlier call is written as the model writes
+    it (`<|tool_call|>[...]`, IBM's format) instead of vanishing; results keep the `tool` role."""
+    conv = [{"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+                {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "tool", "tool_call_id": "c2", "content": "noon"}]  # fmt: skip
+    source = _template(formats.get("granite"))
+    text = render_text(conv, template=source, tools=TOOLS, format="granite")
+    assert ('<|start_of_role|>assistant<|end_of_role|><|tool_call|>[{"name": "get_weather", "arguments": '
+            '{"city": "Paris"}}, {"name": "get_time", "arguments": {"city": "Paris"}}]<|end_of_text|>\n'
+            "<|start_of_role|>tool<|end_of_role|>sunny<|end_of_text|>\n") in text
+    # without the family the template's own rendering stays: the calls are gone
+    assert "<|tool_call|>[" not in render_text(conv, template=source, tools=TOOLS)
+
+
+def test_a_template_that_drops_calls_without_a_documented_syntax_is_refused():
+    source = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    conv = [{"role": "user", "content": "q"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]  # fmt: skip
+    with pytest.raises(PromptError, match="ignores the earlier tool calls.*--chat-template PATH"):
+        render_text(conv, template=source, format="hermes")
 
 
 def test_write_calls_pythonic_literals():

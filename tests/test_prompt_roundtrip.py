@@ -117,9 +117,12 @@ def _results(turn: dict) -> list[dict]:
             for i, c in enumerate(turn["tool_calls"])]
 
 
+CASES = ("call", "parallel", "text_and_call")
+
+
 def _cases():
     for family in FAMILIES:
-        for case in ("call", "parallel", "text_and_call"):
+        for case in CASES:
             reason = EXCEPTIONS.get((family, case))
             marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
             yield pytest.param(family, case, marks=marks, id=f"{family}-{case}")
@@ -211,9 +214,13 @@ def test_an_earlier_answer_ends_where_the_template_ends_the_turn(family):
 
 
 def test_the_round_trip_list_is_known():
-    with_template = {n for n in formats.names() if formats.get(n).template}
-    assert set(FAMILIES) <= with_template
-    assert {"qwen3", "gemma4", "gpt_oss", "glm47", "kimi_k2", "deepseek_v31", "gemma3", "mistral"} <= set(FAMILIES)
+    """FAMILIES is derived from the registry; every exception names a family and case checked
+    here (an exception cannot outlive its family), and every template's probe is pinned below."""
+    assert {"qwen3", "gemma4", "gpt_oss", "glm47", "kimi_k2", "deepseek_v31", "gemma3", "mistral", "apertus",
+            "apriel", "functionary_v31", "gigachat3", "granite", "minimax_m3", "nemotron"} <= set(FAMILIES)
+    assert {f for f, _ in EXCEPTIONS} <= set(FAMILIES) and {c for _, c in EXCEPTIONS} <= set(CASES)
+    assert NO_TOOLS <= set(FAMILIES)
+    assert {formats.get(f).template for f in FAMILIES} <= set(SHAPES)
 
 
 # -- the probe, per template ------------------------------------------------------------------
@@ -241,6 +248,29 @@ SHAPES = {
     "qwen3/chat_template.qwen3-coder.jinja": (True, False, True),
     "gemma3/tokenizer_config.json.xz": (False, False, False),  # no calls, no tool role
 }
+# the newer families' templates (llama.cpp's models/templates)
+_LLAMA_CPP = "llama.cpp/models/templates/"
+SHAPES.update({_LLAMA_CPP + name: shape for name, shape in {
+    "Apertus-8B-Instruct.jinja": (True, False, True),  # `arguments|tojson`
+    "Apriel-1.6-15b-Thinker-fixed.jinja": (True, False, True),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": (True, False, True),
+    "deepseek-ai-DeepSeek-V4.jinja": (True, False, True),
+    "meetkai-functionary-medium-v3.1.jinja": (True, False, True),
+    "meetkai-functionary-medium-v3.2.jinja": (False, False, True),  # concatenates the string
+    "GigaChat3-10B-A1.8B.jinja": (True, False, True),
+    "ibm-granite-granite-3.3-2B-Instruct.jinja": (False, False, False),  # renders content only
+    "ibm-granite-granite-4.0.jinja": (True, False, True),
+    "Qwen-Qwen2.5-7B-Instruct.jinja": (True, False, True),
+    "Kimi-K3.jinja": (True, False, True),
+    "LFM2.5-8B-A1B.jinja": (True, False, True),
+    "openbmb-MiniCPM5-1B.jinja": (True, False, True),
+    "MiniMax-M2.jinja": (True, False, True),  # its own XML from an object
+    "MiniMax-M3.jinja": (True, False, True),
+    "NVIDIA-Nemotron-Nano-v2.jinja": (True, False, True),
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": (True, False, True),
+    "ByteDance-Seed-OSS.jinja": (True, False, True),
+    "StepFun3.5-Flash.jinja": (True, False, True),
+}.items()})
 
 
 @pytest.mark.parametrize("rel", sorted(SHAPES))

@@ -351,9 +351,16 @@ def test_deepseek_v31_gets_its_documented_tool_prompt_with_control_tokens_kept()
     tok = tokenizer("deepseek")
     p = render_prompt([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"}],
                       tokenizer=tok, template=_template(spec), tools=TOOLS, format="deepseek_v31")
-    assert p.text.startswith("<｜begin▁of▁sentence｜>Be brief.\n\n## Tools\nYou have access to the following tools:\n\n"
-                             "### get_weather\nDescription: Get the weather for a city\n\nParameters: {")
-    assert "### get_time" in p.text and "IMPORTANT: ALWAYS adhere to this exact format" in p.text
+    # the model card's ToolCall section, word for word: `{system prompt}\n\n{tool_description}<｜User｜>`
+    blocks = "".join(f"### {t['function']['name']}\nDescription: {t['function']['description']}\n\n"
+                     f"Parameters: {json.dumps(t['function']['parameters'])}\n\n" for t in TOOLS)
+    card = ("## Tools\nYou have access to the following tools:\n\n" + blocks +
+            "IMPORTANT: ALWAYS adhere to this exact format for tool use:\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>"
+            "tool_call_name<｜tool▁sep｜>tool_call_arguments<｜tool▁call▁end｜>{additional_tool_calls}<｜tool▁calls▁end｜>\n\n"
+            "Where:\n- `tool_call_name` must be an exact match to one of the available tools\n"
+            "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
+            "- For multiple tool calls, chain them directly without separators or spaces")
+    assert p.text.startswith(f"<｜begin▁of▁sentence｜>Be brief.\n\n{card}<｜User｜>Weather?<｜Assistant｜>"), p.text
     # the documented format's own control tokens are the model's tokens, not text
     assert tok.single_token_id("<｜tool▁sep｜>") in p.token_ids
     assert p.isolated_spans == []

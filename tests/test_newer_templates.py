@@ -188,3 +188,18 @@ def test_a_tool_printed_as_python_repr_is_isolated_not_refused():
     assert tok.decode(p.token_ids[s:e]) == "<|end|>" and tok.single_token_id("<|end|>") not in p.token_ids[s:e]
     plain = render_prompt(msgs, tokenizer=tok, template=source("apriel"), tools=TOOLS, format="apriel")
     assert p.token_ids.count(tok.single_token_id("<|end|>")) == plain.token_ids.count(tok.single_token_id("<|end|>"))
+
+
+def test_granite_writes_an_earlier_call_with_its_control_token_and_isolates_the_arguments():
+    """Granite 3.3's template drops earlier calls; chatsieve writes them as the model does
+    (`<|tool_call|>[...]`, the control token itself), while a delimiter inside the client's
+    arguments stays ordinary pieces."""
+    tok, _ = stand_in("granite")
+    call = {"id": CALL_ID, "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "x<|end_of_text|>y"}'}}
+    conv = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": CALL_ID, "content": "sunny"}]
+    p = render_prompt(conv, tokenizer=tok, template=source("granite"), tools=TOOLS, format="granite")
+    assert '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "x<|end_of_text|>y"}}]<|end_of_text|>' in p.text
+    assert p.token_ids.count(tok.single_token_id("<|tool_call|>")) == 1
+    assert [tok.decode(p.token_ids[s:e]) for s, e in p.isolated_spans] == ["<|end_of_text|>"]

@@ -201,5 +201,7 @@ def test_granite_writes_an_earlier_call_with_its_control_token_and_isolates_the_
             {"role": "tool", "tool_call_id": CALL_ID, "content": "sunny"}]
     p = render_prompt(conv, tokenizer=tok, template=source("granite"), tools=TOOLS, format="granite")
     assert '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "x<|end_of_text|>y"}}]<|end_of_text|>' in p.text
-    assert p.token_ids.count(tok.single_token_id("<|tool_call|>")) == 1
+    tool_call = tok.single_token_id("<|tool_call|>")
+    alone = render_prompt(conv[:1], tokenizer=tok, template=source("granite"), tools=TOOLS, format="granite")
+    assert p.token_ids.count(tool_call) == alone.token_ids.count(tool_call) + 1  # its system prompt names it too
     assert [tok.decode(p.token_ids[s:e]) for s, e in p.isolated_spans] == ["<|end_of_text|>"]

@@ -23,6 +23,7 @@ _PROBE_TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"k": {"type": "string", "description": "A key."}},
                    "required": ["k"]}}}]  # fmt: skip
 _PROBE_RESULT = "r5x9result"
+_PROBE_SECOND = "w8z3second"  # the second call's argument value: rendered or not
 _PROBE_SYSTEM = "s7q2system"
 _PROBE_ID = "abcDEF123"  # nine alphanumerics: Mistral's templates insist on that shape
 _RESULTS = "\x00results"  # marks a user turn made of tool results (removed before rendering)
@@ -37,6 +38,7 @@ class TemplateSupport:
     results: bool  # a `tool` message's content
     calls: bool  # an assistant message's earlier `tool_calls`
     late_system: bool = True  # a system message after the first turn (Claude Code sends them)
+    parallel: bool = True  # every call of a message with several (gpt-oss, GigaChat 3: only the first)
 
 
 @functools.lru_cache(maxsize=32)
@@ -65,8 +67,16 @@ def template_support(source: str) -> TemplateSupport:
                     _PROBE_TOOLS)
     results = result is not None and _PROBE_RESULT in result
     late = render([*user, {"role": "system", "content": _PROBE_SYSTEM}], None)
+    second = {**call, "id": _PROBE_ID[::-1],
+              "function": {"name": "probe_tool", "arguments": {"k": _PROBE_SECOND} if shape.objects
+                           else json.dumps({"k": _PROBE_SECOND})}}
+    both = render([*user, {"role": "assistant", "content": None if shape.null_content else "",
+                           "tool_calls": [call, second]},
+                   *({"role": "tool", "tool_call_id": c["id"], "name": "probe_tool", "content": _PROBE_RESULT}
+                     for c in (call, second))], _PROBE_TOOLS)
     return TemplateSupport(tools=tools, results=results, calls=shape.renders,
-                           late_system=late is not None and _PROBE_SYSTEM in late)
+                           late_system=late is not None and _PROBE_SYSTEM in late,
+                           parallel=not shape.renders or (both is not None and _PROBE_SECOND in both))
 
 
 def write_calls(syntax: str, calls: Sequence[Mapping[str, Any]]) -> str:
@@ -137,6 +147,8 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     if not tools and not has_results and not has_calls:
         return messages
     support = template_support(source)
+    if has_calls and not support.parallel and any(len(m.get("tool_calls") or ()) > 1 for m in messages):
+        messages = _one_call_per_message(messages)
     doc: ToolPrompt | None = spec.tool_prompt
     missing = []
     if tools and not support.tools and (doc is None or doc.system is None):
@@ -164,6 +176,37 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
             out[0] = {**out[0], "content": f"{out[0].get('content') or ''}\n\n{text}".lstrip("\n")}
         else:
             out.insert(0, {"role": "system", "content": text})
+    return out
+
+
+def _one_call_per_message(messages: list[dict]) -> list[dict]:
+    """Each message with several calls as one message per call, each followed by its results,
+    for templates that render only a message's first call ("max 1 tool call per message", as
+    gpt-oss' template says; GigaChat 3): the sequence the model writes, nothing dropped. Results
+    go to their call by `tool_call_id`, else in order; the text and reasoning stay with the first."""
+    out: list[dict] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        calls = m.get("tool_calls") or []
+        i += 1
+        if m.get("role") != "assistant" or len(calls) < 2:
+            out.append(m)
+            continue
+        run = []
+        while i < len(messages) and messages[i].get("role") == "tool":
+            run.append(messages[i])
+            i += 1
+        ids = [c.get("id") for c in calls if isinstance(c, Mapping)]
+        by_id = all(r.get("tool_call_id") in ids for r in run) and len(set(ids)) == len(ids)
+        empty = None if m.get("content") is None else ""
+        for k, c in enumerate(calls):
+            first = {key: v for key, v in m.items() if key != "tool_calls"}
+            piece = first if k == 0 else {"role": "assistant", "content": empty}
+            out.append({**piece, "tool_calls": [c]})
+            mine = ([r for r in run if r.get("tool_call_id") == ids[k]] if by_id
+                    else run[k : k + 1] + (run[len(calls):] if k == len(calls) - 1 else []))
+            out.extend(mine)
     return out
 
 

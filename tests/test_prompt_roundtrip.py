@@ -57,13 +57,15 @@ EXCEPTIONS = {
     ("nemotron", "call"): _DROPS_THOUGHT.format("Nemotron Nano v2", "<think>"),
     ("nemotron", "parallel"): _DROPS_THOUGHT.format("Nemotron Nano v2", "<think>"),
     ("nemotron", "text_and_call"): _DROPS_THOUGHT.format("Nemotron Nano v2", "<think>"),
-    ("gigachat3", "parallel"): "GigaChat 3 writes one call per turn (its template renders only the first)",
+    ("gigachat3", "parallel"): "GigaChat 3 writes one call per turn (history: one call-and-result after another)",
     ("functionary_v31", "text_and_call"): "Functionary v3.1's prompt asks for a reply that is ONLY the call; "
     "`<function=` is plain text, read as a call only at the reply's start (an echoed one inside an answer stays text)",
     ("gemma4", "text_and_call"): "Gemma 4's template writes a call message's text after the tool results",
     ("gemma3", "text_and_call"): "Gemma 3's documented format has no text beside a call list",
-    ("llama3_json", "parallel"): "Llama 3's template refuses more than one call per message",
-    ("gpt_oss", "parallel"): "gpt-oss writes one call per generation (`<|call|>` ends it)",
+    ("llama3_json", "parallel"): "Llama 3 writes one call per message (its template refuses more; history: one "
+    "call-and-result after another)",
+    ("gpt_oss", "parallel"): "gpt-oss writes one call per generation (`<|call|>` ends it; history: one "
+    "call-and-result after another)",
     ("deepseek_v3", "text_and_call"): "DeepSeek V3's template renders a message's calls only when it has no text",
     ("deepseek_r1", "text_and_call"): "DeepSeek R1 output starts in reasoning and its template drops earlier "
     "reasoning: text before a call cannot be told from reasoning",
@@ -437,6 +439,30 @@ def test_a_template_that_drops_calls_without_a_documented_syntax_is_refused():
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]  # fmt: skip
     with pytest.raises(PromptError, match="ignores the earlier tool calls.*--chat-template PATH"):
         render_text(conv, template=source, format="hermes")
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "gigachat3", "llama3_json"])
+def test_parallel_calls_for_a_one_call_template_are_one_call_and_result_after_another(family):
+    """gpt-oss' and GigaChat 3's templates render only a message's first call (Llama 3's refuses
+    more): several calls are written as the model writes them, one call then its result, in turn;
+    no call and no result is dropped, and each result follows its own call (matched by id)."""
+    spec = formats.get(family)
+    source, tok = _template(spec), _tokenizer(spec)
+    shape = _call_shape(source)
+    assert not template_support(source).parallel
+    turn = _model_turn(spec, "parallel", shape)
+    results = _results(turn)[::-1]  # sent in the other order: matched by tool_call_id
+    conv = [{"role": "user", "content": "Weather in Paris?"}, turn, *results]
+    text = render_text(conv, tokenizer=tok, template=source, tools=TOOLS, format=family, **_variables(spec, tok))
+    one = [render_text([{"role": "user", "content": "Weather in Paris?"}, {**turn, "tool_calls": [c]}, r],
+                       tokenizer=tok, template=source, tools=TOOLS, format=family, **_variables(spec, tok))
+           for c, r in zip(turn["tool_calls"], _results(turn), strict=True)]
+    at = [text.index('"Paris", "days": 2'), text.index("result 0"), text.index('{"city": "Paris"}'),
+          text.index("result 1")]
+    assert at == sorted(at), text
+    # the first call and its result exactly as the template writes a one-call turn
+    head = one[0][: one[0].index("result 0") + len("result 0")]
+    assert text.startswith(head)
 
 
 def test_write_calls_pythonic_literals():

@@ -80,16 +80,26 @@ def template_support(source: str) -> TemplateSupport:
 
 
 def write_calls(syntax: str, calls: Sequence[Mapping[str, Any]]) -> str:
-    """Earlier calls as the model writes them in `syntax`: "pythonic" (`[f(a="x", n=1)]`) or
-    "granite" (`<|tool_call|>[{"name": "f", "arguments": {"a": "x"}}]`)."""
-    named = [((c.get("function") or {}).get("name", ""), _arguments((c.get("function") or {}).get("arguments")))
-             for c in calls]
+    """Earlier calls as the model writes them in `syntax`: "pythonic" (`[f(a="x", n=1)]`),
+    "granite" (`<|tool_call|>[{"name": "f", "arguments": {"a": "x"}}]`) or "deepseek" (DeepSeek
+    V3 / R1: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f` + fenced JSON, the
+    client's argument text as given)."""
+    fns = [c.get("function") or {} for c in calls]
+    named = [(fn.get("name", ""), _arguments(fn.get("arguments"))) for fn in fns]
     if syntax == "pythonic":
         return "[" + ", ".join(f"{n}(" + ", ".join(f"{k}={_python(v)}" for k, v in a.items()) + ")"
                                for n, a in named) + "]"
     if syntax == "granite":
         return "<|tool_call|>" + json.dumps([{"name": n, "arguments": a} for n, a in named], ensure_ascii=False)
-    raise ValueError(f"no writer for call syntax {syntax!r}; known: pythonic, granite")
+    if syntax == "deepseek":
+        raw = [a if isinstance(a := fn.get("arguments"), str) else json.dumps(a, ensure_ascii=False) for fn in fns]
+        return "<｜tool▁calls▁begin｜>" + "\n".join(
+            f"<｜tool▁call▁begin｜>{c.get('type') or 'function'}<｜tool▁sep｜>{n}\n```json\n{r}\n```<｜tool▁call▁end｜>"
+            for c, (n, _), r in zip(calls, named, raw, strict=True)) + "<｜tool▁calls▁end｜>"
+    raise ValueError(f"no writer for call syntax {syntax!r}; known: pythonic, granite, deepseek")
+
+
+_TEXT_THEN_CALLS = {"deepseek": ""}  # what joins a message's text and its written calls (else a newline)
 
 
 def _arguments(args: Any) -> dict:
@@ -138,7 +148,7 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     no way to write it: never a prompt that silently lost the tools. System messages after the
     first turn go into the leading one where the template would drop them.
     """
-    from .prompt import PromptError
+    from .prompt import PromptError, _call_shape
 
     if any(m.get("role") == "system" for m in messages[1:]) and not template_support(source).late_system:
         messages = _fold_late_system(messages)
@@ -157,6 +167,11 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
         missing.append("tool results (it has no tool role)")
     if has_calls and not support.calls and not (doc and doc.calls):
         missing.append("earlier tool calls")
+    # a template that renders calls only under null content (DeepSeek V3) drops those of a message with text
+    texted = has_calls and support.calls and _call_shape(source).null_content and any(
+        m.get("role") == "assistant" and m.get("tool_calls") and m.get("content") for m in messages)
+    if texted and not (doc and doc.calls):
+        missing.append("earlier tool calls of a message with text")
     if missing:
         raise PromptError(
             f"the chat template ignores the {' and '.join(missing)} of this request, and format {spec.name!r} "
@@ -167,9 +182,9 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     out = list(messages)
     if has_results and not support.results:
         out = _results_as_user_turns(out, doc.result, render_template)
-    if has_calls and not support.calls:
-        out = [_calls_as_text(m, doc.calls) if m.get("role") == "assistant" and m.get("tool_calls") else m
-               for m in out]
+    if has_calls and (not support.calls or texted):
+        out = [_calls_as_text(m, doc.calls) if m.get("role") == "assistant" and m.get("tool_calls")
+               and (not support.calls or m.get("content")) else m for m in out]
     if tools and not support.tools:
         text = render_template(doc.system, {"tools": tools})
         if out and out[0].get("role") == "system":
@@ -219,7 +234,7 @@ def _calls_as_text(message: dict, syntax: str) -> dict:
         raise PromptError(f"cannot write an earlier tool call back for this template: {e}") from e
     text = message.get("content") or ""
     m = {k: v for k, v in message.items() if k != "tool_calls"}
-    m["content"] = f"{text}\n{calls}" if text else calls
+    m["content"] = f"{text}{_TEXT_THEN_CALLS.get(syntax, chr(10))}{calls}" if text else calls
     return m
 
 

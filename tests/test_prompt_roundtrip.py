@@ -66,7 +66,6 @@ EXCEPTIONS = {
     "call-and-result after another)",
     ("gpt_oss", "parallel"): "gpt-oss writes one call per generation (`<|call|>` ends it; history: one "
     "call-and-result after another)",
-    ("deepseek_v3", "text_and_call"): "DeepSeek V3's template renders a message's calls only when it has no text",
     ("deepseek_r1", "text_and_call"): "DeepSeek R1 output starts in reasoning and its template drops earlier "
     "reasoning: text before a call cannot be told from reasoning",
     ("deepseek_v32", "call"): _V32,
@@ -463,6 +462,26 @@ def test_parallel_calls_for_a_one_call_template_are_one_call_and_result_after_an
     # the first call and its result exactly as the template writes a one-call turn
     head = one[0][: one[0].index("result 0") + len("result 0")]
     assert text.startswith(head)
+
+
+def test_deepseek_v3_keeps_the_calls_of_a_message_with_text():
+    """DeepSeek V3's template renders a message's calls only under null content: with text they
+    vanished; now they follow the text in the template's own call syntax, as R1's template writes them."""
+    conv = [{"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "Let me check.", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"}]  # fmt: skip
+    text = render_text(conv, template=_template(formats.get("deepseek_v3")), format="deepseek_v3",
+                       bos_token="", eos_token="")
+    assert ('<｜Assistant｜>Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n'
+            '```json\n{"city": "Paris"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>') in text
+    r1 = render_text(conv, template=_template(formats.get("deepseek_r1")), bos_token="", eos_token="")
+    assert 'Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather' in r1
+    # a message without text keeps the template's own rendering
+    bare = [conv[0], {**conv[1], "content": None}, conv[2]]
+    assert render_text(bare, template=_template(formats.get("deepseek_v3")), format="deepseek_v3", bos_token="",
+                       eos_token="") == render_text(bare, template=_template(formats.get("deepseek_v3")),
+                                                    bos_token="", eos_token="")
 
 
 def test_write_calls_pythonic_literals():

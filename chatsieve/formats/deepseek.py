@@ -57,6 +57,15 @@ DEEPSEEK_V3 = dataclasses.replace(
     template="deepseek/chat_template.v3.jinja",
     reasoning_doc="`<think>…</think>`, off unless asked",
     calls_doc="as `deepseek_r1`",
+    # its template renders a message's calls only when the content is null, so those of a message
+    # with text would vanish: they are written after the text, in the family's call syntax
+    tool_prompt=ToolPrompt(
+        system=None,  # no documented tool prompt: a request with tools is refused
+        calls="deepseek",
+        source="DeepSeek's own templates: V3's writes each call as `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME"
+        "\\n```json\\nARGS\\n```<｜tool▁call▁end｜>`; R1's (the same vocabulary and call syntax) writes a "
+        "message's text and then its `<｜tool▁calls▁begin｜>…<｜tool▁calls▁end｜>` section",
+    ),
 )
 
 # The DeepSeek-V3.1 model card, section "ToolCall" (huggingface.co/deepseek-ai/DeepSeek-V3.1,

@@ -1,12 +1,15 @@
-"""Earlier turns reach the template as the model wrote them: for every family with a chat template
-in shared/models, the assistant message chatsieve parses out of the model's text, handed back in
-the next request, renders to that same text, token for token.
+"""Earlier turns reach the template as the model wrote them: for every family whose format names a
+chat template (shared/models or the registry copy of llama.cpp's templates), the assistant message
+chatsieve parses out of the model's text, handed back in the next request, renders to that same
+text, token for token where the family's tokenizer is here.
 
 The model's text is what the family's own template writes for the turn (argument objects, the
-family's call ids): what the model was trained to produce. Where a template cannot express a turn
-the case is marked xfail(strict) with the reason, so the exception list stays true. Also: the
-probe that decides objects vs JSON strings, per template; Gemma 4's answer turn after tool results;
-templates that ignore tools or have no tool role; `--chat-template`.
+family's call ids), up to where the tool results' framing starts: what the model was trained to
+produce. Where a template cannot express a turn the case is marked xfail(strict) with the reason,
+so the exception list stays true. Also: an earlier answer ends where the template ends the turn;
+the probe that decides objects vs JSON strings, per template; Gemma 4's answer turn after tool
+results; templates that ignore tools, have no tool role, drop calls or take one call per message;
+`--chat-template`.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from models import model_path
 
 import chatsieve
 from chatsieve.protocols.anthropic import error_type
+from chatsieve.protocols.common import LEFT_OUT_HEADER
 from chatsieve.protocols.openai_chat import RequestError, RequestLimits, parse_chat_request
 from chatsieve.server import build_parser, config_from_args, serve_main
 from chatsieve.server.app import ServerConfig, create_app
@@ -373,6 +374,10 @@ def test_cors_is_opt_in(servers):
     assert "access-control-allow-origin" not in r.headers
     r = httpx.options(servers["cors"] + path(), headers=preflight, timeout=5)
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+    # a browser client may read the headers the server adds to its answers
+    r = post(servers["cors"], {"model": MODEL, "messages": user("[h:answer]")}, headers={"origin": "https://app.example"})
+    exposed = {h.strip() for h in r.headers["access-control-expose-headers"].split(",")}
+    assert {"x-request-id", LEFT_OUT_HEADER} <= exposed
     r = httpx.options(servers["cors"] + path(),
                       headers={**preflight, "origin": "https://evil.example"}, timeout=5)
     assert r.headers.get("access-control-allow-origin") != "https://evil.example"

@@ -22,7 +22,7 @@ from test_server_agent_loop import FAMILIES as LOOP_FAMILIES
 from test_server_agent_loop import Family, _tokenizer
 
 from chatsieve import formats
-from chatsieve.protocols.openai_responses import LEFT_OUT_HEADER
+from chatsieve.protocols.common import LEFT_OUT_HEADER
 from chatsieve.server.app import ServerConfig, create_app
 
 MODEL = "responses-model"

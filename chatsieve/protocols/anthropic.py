@@ -44,6 +44,7 @@ from chatsieve.protocols.common import (
     ResponseInfo,
     ToolChoice,
     check_json_depth,
+    left_out_headers,
     max_tokens_ceiling,
     runs,
     stop_strings,
@@ -56,7 +57,6 @@ PING_INTERVAL = 10.0  # seconds of engine silence before a ``ping`` event
 # named in the LEFT_OUT_HEADER of the response; every other hosted type is a 400. (Claude Code
 # 2.1.328 sends no hosted tool to a custom ANTHROPIC_BASE_URL, with or without --tools.)
 LEFT_OUT_TOOL_TYPES = ("tool_search_tool_",)
-LEFT_OUT_HEADER = "x-chatsieve-tools-left-out"
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -187,7 +187,7 @@ def parse_messages_request(
     budget = _thinking(get.value("thinking"), kwargs, max_tokens)
 
     top_k = get.integer("top_k", minimum=0)
-    headers = ((LEFT_OUT_HEADER, ",".join(left_out)),) if left_out else ()
+    headers = left_out_headers(left_out)
     chat = ChatRequest(
         messages=messages,
         model=model,

@@ -29,7 +29,7 @@ Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -403,6 +403,15 @@ def runs(events: Iterable[Event]) -> Iterable[tuple[Any, Any, list[TokenLogprob]
 
 
 # ---------------------------------------------------------------- the protocol interface
+
+
+# names the hosted tools a request offered that the open model cannot run (left out of the prompt)
+LEFT_OUT_HEADER = "x-chatsieve-tools-left-out"
+
+
+def left_out_headers(names: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """The response header naming the tools left out of the prompt, or none."""
+    return ((LEFT_OUT_HEADER, ", ".join(names)),) if names else ()
 
 
 @dataclass(frozen=True)

@@ -58,13 +58,13 @@ from chatsieve.protocols.common import (
     ResponseInfo,
     ToolChoice,
     check_json_depth,
+    left_out_headers,
     max_tokens_ceiling,
     response_format,
 )
 from chatsieve.protocols.openai_chat import TokenBytes, error_body, logprob_entries
 
 __all__ = [
-    "LEFT_OUT_HEADER",
     "OPENAI_RESPONSES",
     "ResponsesParsed",
     "ResponseStream",
@@ -77,7 +77,6 @@ __all__ = [
     "response_object",
 ]
 
-LEFT_OUT_HEADER = "x-chatsieve-tools-left-out"
 INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio", "image_url", "file"})
@@ -1125,7 +1124,7 @@ class OpenAIResponses:
         keep: Callable[[dict], None] | None = None,
         count_tokens: Callable[[str], int] | None = None,
     ) -> ResponsesParsed:
-        headers = ((LEFT_OUT_HEADER, ", ".join(req.left_out)),) if req.left_out else ()
+        headers = left_out_headers(req.left_out)
         return ResponsesParsed(
             chat=req.chat_request(history, format=format),
             headers=headers,

@@ -46,6 +46,7 @@ from chatsieve.preparation import (
 from chatsieve.prompt import load_chat_template
 from chatsieve.protocols.anthropic import ANTHROPIC, model_entry, models_page
 from chatsieve.protocols.common import (
+    LEFT_OUT_HEADER,
     ChatRequest,
     ClientProtocol,
     Collector,
@@ -841,7 +842,7 @@ def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
                 allow_origins=list(config.cors_origins),
                 allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"],
-                expose_headers=["x-request-id"],
+                expose_headers=["x-request-id", LEFT_OUT_HEADER],
             )
         )
     stack.append(Middleware(SecurityMiddleware, policy=config.security, error_shape=refusal_body,

@@ -19,11 +19,13 @@ import lzma
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from models import chat_tokenizer, model_path, tokenizer
 
 from chatsieve import StreamParser, formats
 from chatsieve.prompt import PromptError, _call_shape, load_chat_template, render_prompt, render_text
-from chatsieve.tool_prompt import template_support, write_calls
+from chatsieve.tool_prompt import _one_call_per_message, template_support, write_calls
 
 TOOLS = [
     {"type": "function", "function": {
@@ -485,6 +487,27 @@ def test_deepseek_v3_keeps_the_calls_of_a_message_with_text():
     assert render_text(bare, template=_template(formats.get("deepseek_v3")), format="deepseek_v3", bos_token="",
                        eos_token="") == render_text(bare, template=_template(formats.get("deepseek_v3")),
                                                     bos_token="", eos_token="")
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(2, 5), order=st.randoms(use_true_random=False), by_id=st.booleans(), text=st.booleans())
+def test_one_call_per_message_loses_nothing_and_pairs_each_result_with_its_call(n, order, by_id, text):
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": f"f{i}", "arguments": "{}"}} for i in range(n)]
+    results = [{"role": "tool", "content": f"r{i}", **({"tool_call_id": f"c{i}"} if by_id else {})} for i in range(n)]
+    if by_id:
+        order.shuffle(results)
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "t" if text else "", "tool_calls": calls},
+            *results, {"role": "user", "content": "next"}]
+    out = _one_call_per_message(msgs)
+    assistants = [m for m in out if m["role"] == "assistant"]
+    assert [m["tool_calls"] for m in assistants] == [[c] for c in calls]
+    assert [m["content"] for m in assistants] == ["t" if text else ""] + [""] * (n - 1)
+    assert sorted(m["content"] for m in out if m["role"] == "tool") == sorted(r["content"] for r in results)
+    for k, m in enumerate(out):  # each result right after its own call (or an earlier result of it)
+        if m["role"] == "tool":
+            owner = next(p for p in reversed(out[:k]) if p["role"] == "assistant")
+            assert m["content"] == "r" + owner["tool_calls"][0]["id"][1:]
+    assert out[0] == msgs[0] and out[-1] == msgs[-1]
 
 
 def test_write_calls_pythonic_literals():

@@ -50,6 +50,14 @@ _TOKENIZERS = {"qwen3": "qwen3", "deepseek": "deepseek", "deepseek/v4": "deepsee
 # trip is checked without tools (with tools the request is refused, test_ignored_tools_*).
 NO_TOOLS = {"deepseek_r1", "deepseek_v3"}
 
+# Families whose thinking is off by default, with the template variable that turns it on: their
+# "thinking_call" case is a call after reasoning, in an agent loop with thinking on.
+THINKING = {"apertus": ("enable_thinking", True), "cohere_command": ("enable_thinking", True),
+            "deepseek_v31": ("thinking", True), "deepseek_v32": ("thinking", True),
+            "deepseek_v4": ("enable_thinking", True), "gemma4": ("enable_thinking", True),
+            "granite": ("thinking", True), "minicpm5": ("enable_thinking", True),
+            "minimax_m3": ("thinking_mode", "enabled")}  # fmt: skip
+
 # (family, case) -> why the template cannot write that turn as the model did
 _V32 = ("DeepSeek V3.2's template writes thinking-off history as `</think>` but ends the generation prompt with "
         "`<think></think>`: its history is not what follows its own prompt")
@@ -73,6 +81,8 @@ EXCEPTIONS = {
     "call-and-result after another)",
     ("deepseek_r1", "text_and_call"): "DeepSeek R1 output starts in reasoning and its template drops earlier "
     "reasoning: text before a call cannot be told from reasoning",
+    ("deepseek_v31", "thinking_call"): "DeepSeek V3.1 calls tools in non-thinking mode only (model card: "
+    "\"Toolcall is supported in non-thinking mode\"): its history writes a call turn as non-thinking (`</think>`)",
     ("deepseek_v32", "call"): _V32,
     ("deepseek_v32", "parallel"): _V32,
     ("deepseek_v32", "text_and_call"): _V32,
@@ -113,7 +123,7 @@ def _model_turn(spec, case: str, shape) -> dict:
     if case == "parallel":
         calls.append(call(1, "get_time", {"city": "Paris"}))
     turn = {"role": "assistant", "content": "Let me check." if case == "text_and_call" else "", "tool_calls": calls}
-    if spec.reasoning_open and spec.default_thinking:
+    if spec.reasoning_open and (spec.default_thinking or case == "thinking_call"):
         turn["reasoning_content"] = "The user wants the weather; I call the tool."
     return turn
 
@@ -123,12 +133,14 @@ def _results(turn: dict) -> list[dict]:
             for i, c in enumerate(turn["tool_calls"])]
 
 
-CASES = ("call", "parallel", "text_and_call")
+CASES = ("call", "parallel", "text_and_call", "thinking_call")
 
 
 def _cases():
     for family in FAMILIES:
         for case in CASES:
+            if case == "thinking_call" and family not in THINKING:
+                continue
             reason = EXCEPTIONS.get((family, case))
             marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
             yield pytest.param(family, case, marks=marks, id=f"{family}-{case}")
@@ -141,6 +153,10 @@ def test_returned_message_renders_as_the_model_wrote_it(family, case):
     tok = _tokenizer(spec)
     tools = None if family in NO_TOOLS else TOOLS
     variables = _variables(spec, tok)
+    thinking = None
+    if case == "thinking_call":
+        var, on = THINKING[family]
+        variables, thinking = {**variables, var: on}, True
     shape = _call_shape(source)
     base = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]
     turn = _model_turn(spec, case, shape)
@@ -159,7 +175,7 @@ def test_returned_message_renders_as_the_model_wrote_it(family, case):
     # where the tool results' framing begins (Apertus writes the results inside the model's turn).
     alone, _ = render([*base, turn], add_generation_prompt=False)
     written = full_text[len(prompt_text) : len(os.path.commonprefix([alone, full_text]))]
-    parser = StreamParser(family, tools=tools or TOOLS, prompt=prompt_text, tokenizer=tok)
+    parser = StreamParser(family, tools=tools or TOOLS, prompt=prompt_text, tokenizer=tok, thinking=thinking)
     if tok is not None:
         assert full_ids[: len(prompt_ids)] == prompt_ids
         ids = full_ids[len(prompt_ids):]
@@ -219,13 +235,24 @@ def test_an_earlier_answer_ends_where_the_template_ends_the_turn(family):
     assert (parser.message.reasoning, parser.message.content) == (None, answer), text[at:end]
 
 
+@pytest.mark.parametrize("family", sorted(THINKING))
+def test_the_thinking_variable_switches_the_template(family):
+    spec = formats.get(family)
+    tok = _tokenizer(spec)
+    var, on = THINKING[family]
+    msgs = [{"role": "user", "content": "q"}]
+    kw = {"tokenizer": tok, "template": _template(spec), "format": family, **_variables(spec, tok)}
+    assert not spec.default_thinking and spec.reasoning_open
+    assert render_text(msgs, **kw, **{var: on}) != render_text(msgs, **kw)
+
+
 def test_the_round_trip_list_is_known():
     """FAMILIES is derived from the registry; every exception names a family and case checked
     here (an exception cannot outlive its family), and every template's probe is pinned below."""
     assert {"qwen3", "gemma4", "gpt_oss", "glm47", "kimi_k2", "deepseek_v31", "gemma3", "mistral", "apertus",
             "apriel", "functionary_v31", "gigachat3", "granite", "minimax_m3", "nemotron"} <= set(FAMILIES)
     assert {f for f, _ in EXCEPTIONS} <= set(FAMILIES) and {c for _, c in EXCEPTIONS} <= set(CASES)
-    assert NO_TOOLS <= set(FAMILIES)
+    assert NO_TOOLS <= set(FAMILIES) and set(THINKING) <= set(FAMILIES)
     assert {formats.get(f).template for f in FAMILIES} <= set(SHAPES)
 
 

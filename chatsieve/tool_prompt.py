@@ -1,9 +1,9 @@
-"""Tools for chat templates that ignore them: a family's documented tool prompt, tool results
-and earlier calls written the way its documentation says, or a PromptError saying why not.
+"""What a chat template cannot render of a tool conversation, written in the way the family
+documents it (tool prompt, results, earlier calls, one call per message), or a PromptError.
 
 `template_support(source)` probes a template once (render with and without tools / a tool
-result / a call); `adapt_conversation` rewrites one request for what it lacks, per the
-family's `FormatSpec.tool_prompt` (data, with its source).
+result / a call / two calls); `adapt_conversation` rewrites one request for what it lacks, per
+the family's `FormatSpec.tool_prompt` (data, with its source).
 """
 
 from __future__ import annotations
@@ -212,8 +212,8 @@ def _one_call_per_message(messages: list[dict]) -> list[dict]:
         while i < len(messages) and messages[i].get("role") == "tool":
             run.append(messages[i])
             i += 1
-        ids = [c.get("id") for c in calls if isinstance(c, Mapping)]
-        by_id = all(r.get("tool_call_id") in ids for r in run) and len(set(ids)) == len(ids)
+        ids = [c.get("id") if isinstance(c, Mapping) else None for c in calls]
+        by_id = all(ids) and len(set(ids)) == len(ids) and all(r.get("tool_call_id") in ids for r in run)
         empty = None if m.get("content") is None else ""
         for k, c in enumerate(calls):
             first = {key: v for key, v in m.items() if key != "tool_calls"}
@@ -234,7 +234,8 @@ def _calls_as_text(message: dict, syntax: str) -> dict:
         raise PromptError(f"cannot write an earlier tool call back for this template: {e}") from e
     text = message.get("content") or ""
     m = {k: v for k, v in message.items() if k != "tool_calls"}
-    m["content"] = f"{text}{_TEXT_THEN_CALLS.get(syntax, chr(10))}{calls}" if text else calls
+    sep = _TEXT_THEN_CALLS.get(syntax, "\n")
+    m["content"] = f"{text}{sep}{calls}" if text else calls
     return m
 
 

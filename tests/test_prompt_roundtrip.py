@@ -233,6 +233,18 @@ def test_an_earlier_answer_ends_where_the_template_ends_the_turn(family):
     parser.feed(text[at:end])
     parser.finish("stop")
     assert (parser.message.reasoning, parser.message.content) == (None, answer), text[at:end]
+    if tok is None:
+        return
+    # token mode: the same span as the model's own ids, its end of turn gated by id
+    ids = render_prompt([*conv, {"role": "user", "content": "Thanks."}], tokenizer=tok, template=_template(spec),
+                        format=family, **_variables(spec, tok)).token_ids
+    start = next(k for k in range(len(ids)) if len(tok.decode(ids[:k])) >= at)
+    assert tok.decode(ids[:start]) == text[:at], "the answer does not start at a token boundary"
+    stop = next(k for k in range(start, len(ids) + 1) if len(tok.decode(ids[:k])) >= end)
+    parser = StreamParser(family, thinking=False, prompt=text[:at], tokenizer=tok)
+    parser.feed(token_ids=ids[start:stop])
+    parser.finish("stop")
+    assert (parser.message.reasoning, parser.message.content) == (None, answer), tok.decode(ids[start:stop])
 
 
 @pytest.mark.parametrize("family", sorted(THINKING))

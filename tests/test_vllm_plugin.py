@@ -31,6 +31,7 @@ from chatsieve.events import Message, ToolCall
 from chatsieve.fixtures import compare, encode_segments, encode_spelled, load_cases
 from chatsieve.tools import json_text
 from tests import models
+from tests.fixture_tools import offering_every_call, openai_tool
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vLLM's CUDA wheel on a machine without a GPU
 if not (os.environ.get("CI") or os.environ.get("CHATSIEVE_REQUIRE_MODELS")):
@@ -108,12 +109,6 @@ def make_request(tools=None, thinking=None, stream=True, **extra) -> ChatComplet
     if thinking is not None:
         body["chat_template_kwargs"] = {"enable_thinking": thinking}
     return ChatCompletionRequest(**body)
-
-
-def openai_tool(t: dict) -> dict:
-    if t.get("type") == "function":
-        return t
-    return {"type": "function", "function": {"name": t["name"], "parameters": t.get("parameters", {})}}
 
 
 def new_parser(parser_cls, vtok, request):
@@ -211,29 +206,6 @@ def fixture_cases():
                 if case.token_mode:
                     out.append(pytest.param(case, id=f"{case.file}::{case.name}"))
     return out
-
-
-def offering_every_call(case, ids, tok) -> list[dict]:
-    """The case's tools, plus a schema-less definition for each function it calls that the
-    case does not define: the plugin returns only offered calls (tested on its own below),
-    and a schema-less tool types arguments as no tool does."""
-    tools = [openai_tool(t) for t in case.options.get("tools") or []]
-    offered = {t["function"]["name"] for t in tools}
-    for stream_arguments in (False, True):
-        msg = parse(
-            token_ids=ids,
-            format=case.format,
-            tokenizer=tok,
-            tools=tools or None,
-            thinking=case.options.get("thinking"),
-            prompt=case.options.get("prompt"),
-            stream_arguments=stream_arguments,
-        )
-        for c in msg.tool_calls:
-            if c.name not in offered:
-                offered.add(c.name)
-                tools.append({"type": "function", "function": {"name": c.name, "parameters": {}}})
-    return tools
 
 
 @pytest.mark.parametrize("case", fixture_cases())

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -50,11 +48,11 @@ from ..events import (
 )
 from ..parser import StreamParser, resolve_delimiters
 from ..protocols.openai_chat import ToolCallFilter
+from .hf_tokenizer import chatsieve_tokenizer, prompt_tail, stream_arguments_from_env
 
 SUPPORTED_VLLM = ">=0.33,<0.34"
 TESTED_VLLM = "0.33.0"
 PARSER_PREFIX = "chatsieve_"
-PROMPT_TAIL_TOKENS = 64  # prompt tokens decoded to find an open reasoning block (text-matched markers)
 
 log = logging.getLogger("chatsieve.vllm")
 
@@ -147,68 +145,6 @@ def _check_interfaces() -> None:
 
 
 _check_interfaces()
-
-
-# ---------------------------------------------------------------- tokenizer
-
-
-_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_NO_TOKENIZER = object()
-
-
-def chatsieve_tokenizer(tokenizer: Any):
-    """chatsieve's `Tokenizer` for vLLM's tokenizer object, or None (text mode).
-
-    Built once per tokenizer object from its `tokenizers` backend (Hugging Face fast
-    tokenizers), else from the files in its `name_or_path` directory.
-    """
-    if tokenizer is None:
-        return None
-    try:
-        cached = _TOKENIZERS.get(tokenizer)
-    except TypeError:  # not weak-referenceable or not hashable: build, do not cache
-        cached = None
-    if cached is not None:
-        return None if cached is _NO_TOKENIZER else cached
-    built = _build_tokenizer(tokenizer)
-    try:
-        _TOKENIZERS[tokenizer] = _NO_TOKENIZER if built is None else built
-    except TypeError:
-        pass
-    return built
-
-
-def _build_tokenizer(tokenizer: Any):
-    from ..tokenizer import load_tokenizer
-
-    try:
-        import tokenizers
-    except ImportError:
-        log.warning(
-            "chatsieve: the `tokenizers` package is missing; parsing text, delimiters not gated by token id"
-        )
-        return None
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if isinstance(backend, tokenizers.Tokenizer):
-        config = {}
-        for key in ("bos_token", "eos_token", "pad_token"):
-            value = getattr(tokenizer, key, None)
-            if isinstance(value, str):
-                config[key] = value
-        return load_tokenizer(backend, config=config)
-    path = getattr(tokenizer, "name_or_path", None)
-    if isinstance(path, str) and os.path.isdir(path):
-        try:
-            return load_tokenizer(path)
-        except (OSError, ValueError) as e:
-            log.warning("chatsieve: cannot load the tokenizer files in %s (%s); parsing text", path, e)
-            return None
-    log.warning(
-        "chatsieve: no `tokenizers` backend or tokenizer files for %s; parsing text, "
-        "delimiters not gated by token id",
-        type(tokenizer).__name__,
-    )
-    return None
 
 
 # ---------------------------------------------------------------- request options
@@ -403,35 +339,6 @@ class RequestSession:
         return msg.reasoning, msg.content, calls
 
 
-def prompt_tail(
-    spec, prompt_token_ids: Sequence[int] | None, tokenizer: Any, vllm_tokenizer: Any
-) -> str | None:
-    """The end of the prompt as chatsieve's `prompt=` option reads it: from the last reasoning
-    marker on. With gated markers the marker is found by its token id (a marker spelled in a
-    message never counts); otherwise the last PROMPT_TAIL_TOKENS tokens are decoded."""
-    if not prompt_token_ids or not (spec.reasoning_open or spec.reasoning_close):
-        return None
-    ids = list(prompt_token_ids)
-    markers = spec.reasoning_open + spec.reasoning_close
-    if tokenizer is not None:
-        gates = resolve_delimiters(spec, tokenizer)
-        by_id = {gates[m]: m for m in markers if gates.get(m) is not None}
-        if len(by_id) == len(set(markers)):
-            for i in range(len(ids) - 1, -1, -1):
-                marker = by_id.get(ids[i])
-                if marker is not None:
-                    tail = tokenizer.decode(ids[i + 1 :])
-                    for d in spec.delimiters:  # spelled markers after it are text, not structure
-                        tail = tail.replace(d, "")
-                    return marker + tail
-            return ""
-        return tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:])
-    try:
-        return vllm_tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
-    except Exception:
-        return None
-
-
 # ---------------------------------------------------------------- reasoning by token id
 
 
@@ -491,10 +398,6 @@ class ReasoningMarkers:
 # ---------------------------------------------------------------- the parsers vLLM sees
 
 
-def _stream_arguments() -> bool:
-    return os.environ.get("CHATSIEVE_STREAM_ARGUMENTS", "") in ("1", "true", "yes")
-
-
 class ChatsieveParser(Parser):
     """vLLM's per-request `Parser`, backed by one chatsieve parser per output.
 
@@ -522,7 +425,7 @@ class ChatsieveParser(Parser):
         return forced or (self.tool_parser_cls is not None and self.enable_auto_tools)
 
     def _new_session(self, request: Any) -> RequestSession:
-        stream = self.stream_arguments if self.stream_arguments is not None else _stream_arguments()
+        stream = self.stream_arguments if self.stream_arguments is not None else stream_arguments_from_env()
         return RequestSession(
             self.format_name,
             tokenizer=self._chatsieve_tokenizer,

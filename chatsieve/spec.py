@@ -35,13 +35,14 @@ class ToolPrompt:
     (chatsieve.tool_prompt applies it only to templates that ignore tools or have no tool role).
 
     `system`: a Jinja template of the tool definitions (`tools`: the request's OpenAI tool
-    dicts), appended to the system message. `result`: tool results as one user turn (`results`:
-    [{"name", "content"}]), for templates without a tool role. `calls`: the `chatsieve.grammar`
-    call syntax an earlier call is written back in, for templates that render no calls.
-    `source`: where the family documents this.
+    dicts), appended to the system message (None: the template renders them itself). `result`:
+    tool results as one user turn (`results`: [{"name", "content"}]), for templates without a
+    tool role. `calls`: the `chatsieve.tool_prompt.write_calls` syntax an earlier call is written
+    back in as the message's text, for templates that render no calls. `source`: where the
+    family documents this.
     """
 
-    system: str
+    system: str | None
     source: str
     result: str | None = None
     calls: str | None = None

@@ -14,6 +14,9 @@ against batch parsing of the same ids; a wrong one stops the benchmark.
 
     CHATSIEVE_MODELS=../shared/models python bench/bench_server.py [--quick] [--streams 1,32]
 
+The server runs the chatsieve this process imported, so `bench/ab.py OTHER bench/bench_server.py`
+compares two checkouts' servers; `--profile FILE` writes a one-worker server's cProfile stats.
+
 Figures are noisy on a shared machine: compare rows of one run, and note `uptime`.
 """
 
@@ -24,6 +27,7 @@ import asyncio
 import bisect
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -406,7 +410,8 @@ async def load(
 
 
 def tree_cpu(pid: int) -> float:
-    """User + system seconds of `pid` and its live descendants."""
+    """CPU seconds of `pid` and its live descendants, every thread: the scheduler's nanosecond
+    accounting (/proc/PID/task/TID/schedstat), not the 10 ms ticks of /proc/PID/stat."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -416,17 +421,16 @@ def tree_cpu(pid: int) -> float:
                 continue
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
             children.setdefault(ppid, []).append(int(entry))
-    total, stack = 0.0, [pid]
-    tick = os.sysconf("SC_CLK_TCK")
+    total, stack = 0, [pid]
     while stack:
         p = stack.pop()
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            for task in os.listdir(f"/proc/{p}/task"):
+                total += int(Path(f"/proc/{p}/task/{task}/schedstat").read_text().split()[0])
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / tick
         stack += children.get(p, [])
-    return total
+    return total / 1e9
 
 
 def time_wait(port: int) -> int:
@@ -533,8 +537,30 @@ def wait_up(port: int, proc: subprocess.Popen, path: str = "/health") -> None:
     raise SystemExit(f"bench: nothing answered on port {port}")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
+# The server under cProfile, timed by CPU (thread) time: wall time would count the waits between
+# events and the minutes other processes held the cores. Written on SIGINT (see `stop`).
+_PROFILED = """
+import cProfile, sys, time
+from chatsieve.cli import main
+out = sys.argv[1]
+sys.argv = ["chatsieve", *sys.argv[2:]]
+prof = cProfile.Profile(time.thread_time)
+try:
+    prof.runcall(main)
+except (KeyboardInterrupt, SystemExit):
+    pass
+finally:
+    prof.dump_stats(out)
+"""
+
+
+def stop(proc: subprocess.Popen, interrupt: bool = False) -> None:
+    """End `proc`: SIGTERM, or SIGINT (`interrupt`), after which a cProfile'd server writes its stats
+    (uvicorn re-raises SIGTERM once it has shut down, which kills it before)."""
+    if interrupt:
+        proc.send_signal(signal.SIGINT)
+    else:
+        proc.terminate()
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -558,6 +584,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="500-token answers, streams 1 and 32")
     ap.add_argument("--no-ceiling", action="store_true", help="skip the direct-to-engine runs")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra argument for chatsieve serve")
+    ap.add_argument(
+        "--profile",
+        metavar="FILE",
+        default=None,
+        help="run the (one-worker) server under cProfile and write its stats to FILE (figures are then "
+        "slower; for where the time goes, not for how much)",
+    )
     ap.add_argument(
         "--routes",
         default="chat,messages,responses",
@@ -587,7 +620,10 @@ def main() -> None:
         f"# {args.tokens}-token answers (reasoning, content, one call), one token per engine event, {pace}\n"
     )
     loop_policy()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CHATSIEVE_MODELS": str(models)}
+    # the server runs the chatsieve this process imported (bench/ab.py points it at another checkout)
+    code = Path(sys.modules["chatsieve"].__file__).resolve().parents[1]
+    print(f"# chatsieve from {code}\n")
+    env = {**os.environ, "PYTHONPATH": str(code), "CHATSIEVE_MODELS": str(models)}
     engine_port = free_port()
     engine = subprocess.Popen(
         [sys.executable, __file__, "--engine", str(engine_port), str(ids_file), str(args.step_ms)],
@@ -675,10 +711,10 @@ def main() -> None:
         routes = {k: routes[k] for k in args.routes.split(",")}
         for w in workers:
             port = free_port()
+            profile = args.profile if w == 1 else None
             cmd = [
                 sys.executable,
-                "-m",
-                "chatsieve.cli",
+                *(["-c", _PROFILED, profile] if profile else ["-m", "chatsieve.cli"]),
                 "serve",
                 "--model-dir",
                 str(models / "qwen3"),
@@ -696,7 +732,7 @@ def main() -> None:
             ]
             if w != 1:
                 cmd += ["--workers", str(w)]
-            server = subprocess.Popen(cmd, env=env, cwd=ROOT)
+            server = subprocess.Popen(cmd, env=env, cwd=code)
             try:
                 wait_up(port, server)
                 for target, path, body, check in routes.values():
@@ -720,7 +756,7 @@ def main() -> None:
                         )
                         print_rows(rows[-1:], header=len(rows) == 1)
             finally:
-                stop(server)
+                stop(server, interrupt=bool(profile))
     finally:
         stop(engine)
         ids_file.unlink(missing_ok=True)

@@ -2,6 +2,8 @@
 
 from . import formats
 from .events import (
+    Citation,
+    CitationSource,
     ContentDelta,
     Dropped,
     Event,
@@ -17,6 +19,8 @@ from .events import (
 from .parser import StreamParser, parse
 
 __all__ = [
+    "Citation",
+    "CitationSource",
     "ContentDelta",
     "Dropped",
     "Event",

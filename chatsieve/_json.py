@@ -1,5 +1,7 @@
 """Compact JSON to bytes and back: orjson when it is installed (the server extra brings it),
-else the standard library, with the same output (UTF-8, no spaces, non-ASCII unescaped)."""
+else the standard library, with the same output (UTF-8, no spaces, non-ASCII unescaped; floats
+may be spelled differently, 1e-07 / 1e-7). Reading, orjson turns an integer beyond 64 bits
+into a float where the standard library keeps an int (tests/test_json_codec.py)."""
 
 from __future__ import annotations
 

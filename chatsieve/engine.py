@@ -65,6 +65,7 @@ class Engine:
         self._content = FieldSink("content", self.out)
         self._reasoning = FieldSink("reasoning", self.out)
         self._filter = spec.content_filter(self.thinking) if spec.content_filter else None
+        self._r_filter = spec.reasoning_filter(self.thinking) if spec.reasoning_filter else None
         self._r_open = frozenset(spec.reasoning_open)
         self._r_close = frozenset(spec.reasoning_close)
         self._c_open = frozenset(spec.call_open)
@@ -248,6 +249,8 @@ class Engine:
             return None  # segments are being held and recorded
         if mode == REASONING:
             if self._block_empty or self._label is not None:
+                return None
+            if self._r_filter is not None and not getattr(self._r_filter, "idle", False):
                 return None
             sink = self._reasoning
         elif mode == CONTENT:
@@ -465,7 +468,11 @@ class Engine:
         if self._mode == REASONING:
             if text.strip(_WS):
                 self._block_empty = False
-            self._reasoning.write(text, start)
+            if self._r_filter is None:
+                self._reasoning.write(text, start)
+            else:
+                for item in self._r_filter.write(text, start):
+                    self._filtered(item, self._reasoning)
         elif self._start_held is not None:
             self._content_start(text, start)
         else:
@@ -501,19 +508,25 @@ class Engine:
             self._content.write(text, start)
             return
         for item in self._filter.write(text, start):
-            self._filtered(item)
+            self._filtered(item, self._content)
 
-    def _filtered(self, item: tuple) -> None:
-        if len(item) == 2:
-            self._content.write(item[0], item[1])
+    def _filtered(self, item: tuple | Dropped, sink: FieldSink) -> None:
+        if isinstance(item, Dropped):
+            self.out.append(item)
+        elif len(item) == 2:
+            sink.write(item[0], item[1])
         else:
             self.out.append(Dropped(item[0], item[2]))
 
     def _release_label(self) -> None:
-        """A block or span ends while its label is undecided: a lone label is dropped."""
+        """A block or span ends: a label still undecided is dropped when lone, and what
+        the reasoning filter holds is written (or reported)."""
         held, self._label = self._label, None
         if held and held.rstrip("\n") != self.spec.reasoning_label:
             self._field_text(held, self._label_start)
+        if self._r_filter is not None and not getattr(self._r_filter, "idle", False):
+            for item in self._r_filter.finish():
+                self._filtered(item, self._reasoning)
 
     def _boundary(self) -> None:
         if self._filter is not None:
@@ -690,7 +703,7 @@ class Engine:
         self._release_label()
         if self._filter is not None:
             for item in self._filter.finish():
-                self._filtered(item)
+                self._filtered(item, self._content)
         self._content.finish()
         self._reasoning.finish()
         rest = "".join(self._after_end)

@@ -74,6 +74,25 @@ class Dropped:
     why: str
 
 
+@dataclass(frozen=True, slots=True)
+class CitationSource:
+    """Results of one earlier tool call that ground a citation: Cohere's
+    `0:[1,2]` is tool call 0 (the `tool_call_id` the model was shown), results 1 and 2."""
+
+    tool_call: int
+    results: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Citation(Dropped):
+    """Citation markup removed from `field` ("content" or "reasoning"); the cited
+    `text` stays there. `raw` is the markup with the text, as the model wrote it."""
+
+    field: str = "content"
+    text: str = ""
+    sources: tuple[CitationSource, ...] = ()
+
+
 Event = ReasoningDelta | ContentDelta | ToolCallStart | ToolCallArgsDelta | ToolCallEnd | Dropped
 
 
@@ -126,8 +145,19 @@ class Message:
             "content": self.content,
             "tool_calls": calls,
             "finish_reason": self.finish_reason,
-            "diagnostics": [{"raw": d.raw, "why": d.why} for d in self.diagnostics],
+            "diagnostics": [_diagnostic(d) for d in self.diagnostics],
         }
+
+
+def _diagnostic(d: Dropped) -> dict:
+    item: dict = {"raw": d.raw, "why": d.why}
+    if isinstance(d, Citation):
+        item["citation"] = {
+            "field": d.field,
+            "text": d.text,
+            "sources": [{"tool_call": c.tool_call, "results": list(c.results)} for c in d.sources],
+        }
+    return item
 
 
 class MessageBuilder:

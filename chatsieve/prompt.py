@@ -22,7 +22,9 @@ Isolation, precisely:
   isolates that token). Each must encode to exactly its id, or the prompt is refused.
 * Method: the prompt is rendered twice, once as given and once with every delimiter occurrence in
   those strings wrapped in private-use marker characters (never present in the input or the
-  template: a forged marker makes another one be chosen). Removing the markers from the second
+  template: a forged marker makes another one be chosen; if the markers do not survive the
+  template -- Python's repr, as Apriel's `tool|string`, escapes private-use characters -- once
+  more with printable ones, Yi syllables, which repr keeps). Removing the markers from the second
   rendering must give the first -- exactly, or up to whitespace only (a marker beside a delimiter
   can stop a template's `strip()`; the non-whitespace characters are then matched one to one);
   otherwise the template reacted to the markers (e.g. `content.startswith('<tool_call>')`) and
@@ -82,8 +84,10 @@ _GEMMA4_NAMES = frozenset({"gemma4", "gemma-4", "gemma_4"})
 # Fields a message's reasoning is passed under (transformers fills the first two from any of them).
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
-# Marker characters are taken from the end of plane 16 (private use), skipping any in the input.
-_MARKER_SEARCH_START = 0x10FFFD
+# Marker characters are taken from the end of plane 16 (private use), skipping any in the input;
+# where a template prints caller strings with Python's repr (Apriel's `tool|string`), which
+# escapes private-use characters, from the end of the Yi syllables (printable, caseless letters).
+_MARKER_RANGES = ((0x10FFFD, 0xF0000), (0xA48C, 0xA000))
 
 
 class PromptError(ValueError):
@@ -658,17 +662,13 @@ class _Markers:
         return self.open + self.close + self.edge
 
 
-_PLANES_15_16 = re.compile("[\U000F0000-\U0010FFFF]")
-
-
-def _pick_markers(*texts: str) -> _Markers:
-    used = set(_PLANES_15_16.findall("".join(texts)))
-    picked = []
-    cp = _MARKER_SEARCH_START
-    while len(picked) < 3:
-        if chr(cp) not in used:
-            picked.append(chr(cp))
-        cp -= 1
+def _pick_markers(*texts: str, kind: int = 0) -> _Markers:
+    """Three characters of `_MARKER_RANGES[kind]` that none of `texts` holds."""
+    top, bottom = _MARKER_RANGES[kind]
+    used = set(re.findall(f"[{chr(bottom)}-{chr(top)}]", "".join(texts)))
+    picked = [chr(cp) for cp in range(top, bottom - 1, -1) if chr(cp) not in used][:3]
+    if len(picked) < 3:  # pragma: no cover - the input would hold every character of the range
+        raise PromptError("cannot isolate delimiters: the input uses every marker character")
     return _Markers(*picked)
 
 
@@ -985,24 +985,28 @@ def render_prompt(
     spans: list[tuple[int, int]] = []
     if delims is not None:
         caller = _strings(msgs) + _strings(tools_p) + _strings(docs_p) + _strings(untrusted)
-        flag = [False]
         if delims.maybe_marked is None or delims.maybe_marked.search("\x00".join(caller)):
-            mk = _pick_markers(source, text, *caller, *_strings(trusted))
-            marked_msgs = _mark(msgs, delims, mk, flag)
-            marked_tools = _mark(tools_p, delims, mk, flag)
-            marked_docs = _mark(docs_p, delims, mk, flag)
-            marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
-        if flag[0]:
-            marked = finish(_render_request(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
-                                            marked_vars, format))
-            pos = _align(text, marked, mk)
-            if pos is None:
+            for kind in range(len(_MARKER_RANGES)):
+                flag = [False]
+                mk = _pick_markers(source, text, *caller, *_strings(trusted), kind=kind)
+                marked_msgs = _mark(msgs, delims, mk, flag)
+                marked_tools = _mark(tools_p, delims, mk, flag)
+                marked_docs = _mark(docs_p, delims, mk, flag)
+                marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
+                if not flag[0]:
+                    break  # no delimiter in caller text: the plain encoding is the prompt
+                marked = finish(_render_request(source, marked_msgs, marked_tools, marked_docs,
+                                                add_generation_prompt, marked_vars, format))
+                pos = _align(text, marked, mk)
+                if pos is not None:
+                    ids, spans = _isolate(tok, text, marked, pos, mk, delims)
+                    break
+            else:
                 raise PromptError(
                     "cannot isolate delimiters in this conversation: the chat template renders the "
                     "content differently once its delimiters are marked (it inspects or rewrites them); "
                     "remove the delimiters from the content, or pass isolate_markers=False"
                 )
-            ids, spans = _isolate(tok, text, marked, pos, mk, delims)
     if ids is None:
         ids = _encode(tok, text).ids
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from .args.base import CallContext, RegionCodec, openai_call_id
+from .events import Dropped
 
 
 class ContentFilter(Protocol):
@@ -20,10 +21,12 @@ class ContentFilter(Protocol):
     def mark(self) -> None:
         """A boundary (output start, a removed marker, a call) was just passed."""
 
-    def write(self, text: str, start: int) -> list[tuple[str, int] | tuple[str, int, str]]:
-        """Return kept (text, start) pieces and dropped (text, start, why) pieces."""
+    def write(self, text: str, start: int) -> list[tuple[str, int] | tuple[str, int, str] | Dropped]:
+        """Return kept (text, start) pieces and dropped (text, start, why) pieces or
+        diagnostic events (a `Dropped`, say a `Citation`)."""
 
-    def finish(self) -> list[tuple[str, int] | tuple[str, int, str]]: ...
+    def finish(self) -> list[tuple[str, int] | tuple[str, int, str] | Dropped]:
+        """The end of the field's text (content: the output; reasoning: each block)."""
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,14 @@ class ToolPrompt:
     (chatsieve.tool_prompt applies it only to templates that ignore tools or have no tool role).
 
     `system`: a Jinja template of the tool definitions (`tools`: the request's OpenAI tool
-    dicts), appended to the system message. `result`: tool results as one user turn (`results`:
-    [{"name", "content"}]), for templates without a tool role. `calls`: the `chatsieve.grammar`
-    call syntax an earlier call is written back in, for templates that render no calls.
-    `source`: where the family documents this.
+    dicts), appended to the system message (None: the template renders them itself). `result`:
+    tool results as one user turn (`results`: [{"name", "content"}]), for templates without a
+    tool role. `calls`: the `chatsieve.tool_prompt.write_calls` syntax an earlier call is written
+    back in as the message's text, for templates that render no calls. `source`: where the
+    family documents this.
     """
 
-    system: str
+    system: str | None
     source: str
     result: str | None = None
     calls: str | None = None
@@ -72,6 +76,7 @@ class FormatSpec:
     end: tuple[str, ...] = ()  # end of generation: later text is reported, not shown
     strip: tuple[str, ...] = ()  # removed wherever they appear outside a call
     content_filter: Callable[[bool], ContentFilter | None] | None = None  # given thinking
+    reasoning_filter: Callable[[bool], ContentFilter | None] | None = None  # the same for reasoning
     call_id: Callable[[str | None], str] = openai_call_id
     # for the formats table (`chatsieve formats`, README): one line each, Markdown allowed
     reasoning_doc: str = ""  # e.g. "`<think>…</think>`, on by default"

@@ -1,9 +1,9 @@
-"""Tools for chat templates that ignore them: a family's documented tool prompt, tool results
-and earlier calls written the way its documentation says, or a PromptError saying why not.
+"""What a chat template cannot render of a tool conversation, written in the way the family
+documents it (tool prompt, results, earlier calls, one call per message), or a PromptError.
 
 `template_support(source)` probes a template once (render with and without tools / a tool
-result / a call); `adapt_conversation` rewrites one request for what it lacks, per the
-family's `FormatSpec.tool_prompt` (data, with its source).
+result / a call / two calls); `adapt_conversation` rewrites one request for what it lacks, per
+the family's `FormatSpec.tool_prompt` (data, with its source).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ _PROBE_TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"k": {"type": "string", "description": "A key."}},
                    "required": ["k"]}}}]  # fmt: skip
 _PROBE_RESULT = "r5x9result"
+_PROBE_SECOND = "w8z3second"  # the second call's argument value: rendered or not
 _PROBE_SYSTEM = "s7q2system"
 _PROBE_ID = "abcDEF123"  # nine alphanumerics: Mistral's templates insist on that shape
 _RESULTS = "\x00results"  # marks a user turn made of tool results (removed before rendering)
@@ -37,6 +38,7 @@ class TemplateSupport:
     results: bool  # a `tool` message's content
     calls: bool  # an assistant message's earlier `tool_calls`
     late_system: bool = True  # a system message after the first turn (Claude Code sends them)
+    parallel: bool = True  # every call of a message with several (gpt-oss, GigaChat 3: only the first)
 
 
 @functools.lru_cache(maxsize=32)
@@ -65,20 +67,39 @@ def template_support(source: str) -> TemplateSupport:
                     _PROBE_TOOLS)
     results = result is not None and _PROBE_RESULT in result
     late = render([*user, {"role": "system", "content": _PROBE_SYSTEM}], None)
+    second = {**call, "id": _PROBE_ID[::-1],
+              "function": {"name": "probe_tool", "arguments": {"k": _PROBE_SECOND} if shape.objects
+                           else json.dumps({"k": _PROBE_SECOND})}}
+    both = render([*user, {"role": "assistant", "content": None if shape.null_content else "",
+                           "tool_calls": [call, second]},
+                   *({"role": "tool", "tool_call_id": c["id"], "name": "probe_tool", "content": _PROBE_RESULT}
+                     for c in (call, second))], _PROBE_TOOLS)
     return TemplateSupport(tools=tools, results=results, calls=shape.renders,
-                           late_system=late is not None and _PROBE_SYSTEM in late)
+                           late_system=late is not None and _PROBE_SYSTEM in late,
+                           parallel=not shape.renders or (both is not None and _PROBE_SECOND in both))
 
 
 def write_calls(syntax: str, calls: Sequence[Mapping[str, Any]]) -> str:
-    """Earlier calls as the model writes them in `syntax` (only "pythonic": `[f(a="x", n=1)]`)."""
-    if syntax != "pythonic":
-        raise ValueError(f"no writer for call syntax {syntax!r}")
-    parts = []
-    for c in calls:
-        fn = c.get("function") or {}
-        args = _arguments(fn.get("arguments"))
-        parts.append(f"{fn.get('name', '')}(" + ", ".join(f"{k}={_python(v)}" for k, v in args.items()) + ")")
-    return "[" + ", ".join(parts) + "]"
+    """Earlier calls as the model writes them in `syntax`: "pythonic" (`[f(a="x", n=1)]`),
+    "granite" (`<|tool_call|>[{"name": "f", "arguments": {"a": "x"}}]`) or "deepseek" (DeepSeek
+    V3 / R1: `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f` + fenced JSON, the
+    client's argument text as given)."""
+    fns = [c.get("function") or {} for c in calls]
+    named = [(fn.get("name", ""), _arguments(fn.get("arguments"))) for fn in fns]
+    if syntax == "pythonic":
+        return "[" + ", ".join(f"{n}(" + ", ".join(f"{k}={_python(v)}" for k, v in a.items()) + ")"
+                               for n, a in named) + "]"
+    if syntax == "granite":
+        return "<|tool_call|>" + json.dumps([{"name": n, "arguments": a} for n, a in named], ensure_ascii=False)
+    if syntax == "deepseek":
+        raw = [a if isinstance(a := fn.get("arguments"), str) else json.dumps(a, ensure_ascii=False) for fn in fns]
+        return "<｜tool▁calls▁begin｜>" + "\n".join(
+            f"<｜tool▁call▁begin｜>{c.get('type') or 'function'}<｜tool▁sep｜>{n}\n```json\n{r}\n```<｜tool▁call▁end｜>"
+            for c, (n, _), r in zip(calls, named, raw, strict=True)) + "<｜tool▁calls▁end｜>"
+    raise ValueError(f"no writer for call syntax {syntax!r}; known: pythonic, granite, deepseek")
+
+
+_TEXT_THEN_CALLS = {"deepseek": ""}  # what joins a message's text and its written calls (else a newline)
 
 
 def _arguments(args: Any) -> dict:
@@ -127,7 +148,7 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     no way to write it: never a prompt that silently lost the tools. System messages after the
     first turn go into the leading one where the template would drop them.
     """
-    from .prompt import PromptError
+    from .prompt import PromptError, _call_shape
 
     if any(m.get("role") == "system" for m in messages[1:]) and not template_support(source).late_system:
         messages = _fold_late_system(messages)
@@ -136,14 +157,21 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     if not tools and not has_results and not has_calls:
         return messages
     support = template_support(source)
+    if has_calls and not support.parallel and any(len(m.get("tool_calls") or ()) > 1 for m in messages):
+        messages = _one_call_per_message(messages)
     doc: ToolPrompt | None = spec.tool_prompt
     missing = []
-    if tools and not support.tools and doc is None:
+    if tools and not support.tools and (doc is None or doc.system is None):
         missing.append("tool definitions")
     if has_results and not support.results and not (doc and doc.result):
         missing.append("tool results (it has no tool role)")
     if has_calls and not support.calls and not (doc and doc.calls):
         missing.append("earlier tool calls")
+    # a template that renders calls only under null content (DeepSeek V3) drops those of a message with text
+    texted = has_calls and support.calls and _call_shape(source).null_content and any(
+        m.get("role") == "assistant" and m.get("tool_calls") and m.get("content") for m in messages)
+    if texted and not (doc and doc.calls):
+        missing.append("earlier tool calls of a message with text")
     if missing:
         raise PromptError(
             f"the chat template ignores the {' and '.join(missing)} of this request, and format {spec.name!r} "
@@ -154,15 +182,46 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     out = list(messages)
     if has_results and not support.results:
         out = _results_as_user_turns(out, doc.result, render_template)
-    if has_calls and not support.calls:
-        out = [_calls_as_text(m, doc.calls) if m.get("role") == "assistant" and m.get("tool_calls") else m
-               for m in out]
+    if has_calls and (not support.calls or texted):
+        out = [_calls_as_text(m, doc.calls) if m.get("role") == "assistant" and m.get("tool_calls")
+               and (not support.calls or m.get("content")) else m for m in out]
     if tools and not support.tools:
         text = render_template(doc.system, {"tools": tools})
         if out and out[0].get("role") == "system":
             out[0] = {**out[0], "content": f"{out[0].get('content') or ''}\n\n{text}".lstrip("\n")}
         else:
             out.insert(0, {"role": "system", "content": text})
+    return out
+
+
+def _one_call_per_message(messages: list[dict]) -> list[dict]:
+    """Each message with several calls as one message per call, each followed by its results,
+    for templates that render only a message's first call ("max 1 tool call per message", as
+    gpt-oss' template says; GigaChat 3): the sequence the model writes, nothing dropped. Results
+    go to their call by `tool_call_id`, else in order; the text and reasoning stay with the first."""
+    out: list[dict] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        calls = m.get("tool_calls") or []
+        i += 1
+        if m.get("role") != "assistant" or len(calls) < 2:
+            out.append(m)
+            continue
+        run = []
+        while i < len(messages) and messages[i].get("role") == "tool":
+            run.append(messages[i])
+            i += 1
+        ids = [c.get("id") if isinstance(c, Mapping) else None for c in calls]
+        by_id = all(ids) and len(set(ids)) == len(ids) and all(r.get("tool_call_id") in ids for r in run)
+        empty = None if m.get("content") is None else ""
+        for k, c in enumerate(calls):
+            first = {key: v for key, v in m.items() if key != "tool_calls"}
+            piece = first if k == 0 else {"role": "assistant", "content": empty}
+            out.append({**piece, "tool_calls": [c]})
+            mine = ([r for r in run if r.get("tool_call_id") == ids[k]] if by_id
+                    else run[k : k + 1] + (run[len(calls):] if k == len(calls) - 1 else []))
+            out.extend(mine)
     return out
 
 
@@ -175,7 +234,8 @@ def _calls_as_text(message: dict, syntax: str) -> dict:
         raise PromptError(f"cannot write an earlier tool call back for this template: {e}") from e
     text = message.get("content") or ""
     m = {k: v for k, v in message.items() if k != "tool_calls"}
-    m["content"] = f"{text}\n{calls}" if text else calls
+    sep = _TEXT_THEN_CALLS.get(syntax, "\n")
+    m["content"] = f"{text}{sep}{calls}" if text else calls
     return m
 
 

@@ -387,16 +387,19 @@ def payload_constraint(path: str, payload: dict) -> tuple[str | None, object]:
 
 class ServerThread:
     """Runs an ASGI app with uvicorn on 127.0.0.1:0 in a thread; `.url` once entered; `options`
-    override the uvicorn settings."""
+    override the uvicorn settings. The HTTP protocol is the one `chatsieve serve` runs (uvicorn's
+    h11, bounded, streamed bodies written past h11); `http="h11"` is uvicorn's own."""
 
     def __init__(self, app, *, lifespan: str = "on", **options) -> None:
+        from chatsieve.server.security import guarded_h11
+
         settings = {
             "host": "127.0.0.1",
             "port": 0,
             "log_level": "warning",
             "lifespan": lifespan,
             "loop": "asyncio",
-            "http": "h11",
+            "http": guarded_h11(10.0, 10_000),
             "ws": "none",
             "timeout_graceful_shutdown": 5,
         }

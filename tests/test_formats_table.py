@@ -55,7 +55,8 @@ def test_every_family_documents_itself(name):
 def test_gates_cell_names_the_control_token_of_spelled_tags():
     cell = gates_cell(formats.get("deepseek_v4"), tok_for("deepseek/v4"))
     assert cell == (
-        "`</｜DSML｜tool_calls>`, `<｜DSML｜tool_calls>` by `｜DSML｜` (128825); the other 3 by their own ids"
+        "`<｜DSML｜parameter name=`, `</｜DSML｜tool_calls>`, `<｜DSML｜tool_calls>`, `</｜DSML｜parameter>`, "
+        "`</｜DSML｜invoke>` by `｜DSML｜` (128825); the other 3 by their own ids"
     )
     assert gates_cell(formats.get("hunyuan"), tok_for("hunyuan")) == "`<|eos|>`; 6 of 7 matched as text"
     assert gates_cell(formats.get("qwen3"), tok_for("qwen3")) == "all 9 delimiters"

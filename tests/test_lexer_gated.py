@@ -178,6 +178,10 @@ def test_deepseek_v4_gates_the_dsml_block_tags_by_its_control_token():
     assert {(g.marker, g.before, g.control, g.after) for g in spelled} == {
         ("<｜DSML｜tool_calls>", "<", C, "tool_calls>"),
         ("</｜DSML｜tool_calls>", "</", C, "tool_calls>"),
+        # the call's own tags too (issue 18: a parameter's close spelled inside a value is text)
+        ("<｜DSML｜parameter name=", "<", C, "parameter name="),
+        ("</｜DSML｜parameter>", "</", C, "parameter>"),
+        ("</｜DSML｜invoke>", "</", C, "invoke>"),
     }
 
 

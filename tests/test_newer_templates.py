@@ -20,14 +20,12 @@ import pytest
 
 import chatsieve
 from chatsieve import formats
-from chatsieve.prompt import PromptError, render_prompt, render_text
+from chatsieve.prompt import render_prompt, render_text
 
 tokenizers = pytest.importorskip("tokenizers")
 
 PREFIX = "llama.cpp/models/templates/"
 FAMILIES = sorted(n for n in formats.names() if (formats.get(n).template or "").startswith(PREFIX))
-# templates that render no tool_calls of an assistant message (the model's own call is lost)
-DROPS_CALLS = {"granite": "IBM Granite 3.3's template renders only an assistant message's content"}
 # family -> (template variable, value turning thinking on, value turning it off), as each
 # template reads it (Nemotron Nano v2 switches by "/think" in the system prompt instead)
 SWITCHES = {
@@ -41,9 +39,6 @@ SWITCHES = {
     "minimax_m3": ("thinking_mode", "enabled", "disabled"),
     "seed_oss": ("thinking_budget", -1, 0),
 }
-# templates that print each tool with `|string` (a Python repr): isolation cannot align
-# delimiters in a tool description and fails closed (PromptError) instead
-REPR_TOOLS = {"apriel"}
 # templates whose generation prompt is there whether add_generation_prompt is true or not
 ALWAYS_OPEN = {"cohere_command"}
 
@@ -72,13 +67,6 @@ def assistant_call(name: str) -> dict:
 
 
 def conversation(name: str, text: str = "Weather in Paris?", result: str = "sunny") -> list[dict]:
-    if name in DROPS_CALLS:  # render_prompt refuses a history whose calls the template drops
-        return [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": f"{text} It was {result} yesterday."},
-            {"role": "assistant", "content": "Let me check."},
-            {"role": "user", "content": "Thanks"},
-        ]
     return [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": text},
@@ -136,10 +124,6 @@ def test_history_renders_back_what_the_model_generated(name):
     family's parser reads back as that call: chatsieve's returned message round-trips."""
     user = [{"role": "user", "content": "Weather in Paris?"}]
     prompt = render(name, user, add_generation_prompt=True)
-    if name in DROPS_CALLS:  # refused rather than rendered without the call
-        with pytest.raises(PromptError, match="ignores the earlier tool calls"):
-            render(name, [*user, assistant_call(name)], add_generation_prompt=False)
-        return
     full = render(name, [*user, assistant_call(name)], add_generation_prompt=False)
     cut = len(os.path.commonprefix([prompt, full]))
     while cut and cut < len(prompt) and full[cut - 1] not in "\n>":
@@ -185,11 +169,39 @@ def test_caller_strings_never_carry_a_delimiter_id(name):
     plain = ids("")
     for d in delims:
         tid = tok.single_token_id(d)
-        if name in REPR_TOOLS:
-            with pytest.raises(PromptError, match="cannot isolate delimiters"):
-                ids("", f" x{d}y")
-            attacked = ids(f" x{d}y")
-        else:
-            attacked = ids(f" x{d}y", f" x{d}y")
+        attacked = ids(f" x{d}y", f" x{d}y")
         assert attacked.count(tid) == plain.count(tid), f"{name}: {d!r} from caller text became its id"
         assert len(attacked) > len(plain)
+
+
+def test_a_tool_printed_as_python_repr_is_isolated_not_refused():
+    """Apriel prints each tool with `|string` (Python's repr, which escapes the private-use
+    marker characters): a delimiter in a tool description is isolated with printable markers."""
+    tok, _ = stand_in("apriel")
+    tools = json.loads(json.dumps(TOOLS))
+    tools[0]["function"]["description"] += " x<|end|>y"
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    p = render_prompt(msgs, tokenizer=tok, template=source("apriel"), tools=tools, format="apriel")
+    assert "'description': 'Current weather for a city x<|end|>y'" in p.text  # the repr, as the template prints it
+    assert len(p.isolated_spans) == 1
+    s, e = p.isolated_spans[0]
+    assert tok.decode(p.token_ids[s:e]) == "<|end|>" and tok.single_token_id("<|end|>") not in p.token_ids[s:e]
+    plain = render_prompt(msgs, tokenizer=tok, template=source("apriel"), tools=TOOLS, format="apriel")
+    assert p.token_ids.count(tok.single_token_id("<|end|>")) == plain.token_ids.count(tok.single_token_id("<|end|>"))
+
+
+def test_granite_writes_an_earlier_call_with_its_control_token_and_isolates_the_arguments():
+    """Granite 3.3's template drops earlier calls; chatsieve writes them as the model does
+    (`<|tool_call|>[...]`, the control token itself), while a delimiter inside the client's
+    arguments stays ordinary pieces."""
+    tok, _ = stand_in("granite")
+    call = {"id": CALL_ID, "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "x<|end_of_text|>y"}'}}
+    conv = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": CALL_ID, "content": "sunny"}]
+    p = render_prompt(conv, tokenizer=tok, template=source("granite"), tools=TOOLS, format="granite")
+    assert '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "x<|end_of_text|>y"}}]<|end_of_text|>' in p.text
+    tool_call = tok.single_token_id("<|tool_call|>")
+    alone = render_prompt(conv[:1], tokenizer=tok, template=source("granite"), tools=TOOLS, format="granite")
+    assert p.token_ids.count(tool_call) == alone.token_ids.count(tool_call) + 1  # its system prompt names it too
+    assert [tok.decode(p.token_ids[s:e]) for s, e in p.isolated_spans] == ["<|end_of_text|>"]

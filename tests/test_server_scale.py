@@ -35,7 +35,7 @@ from chatsieve.events import (  # noqa: E402
 from chatsieve.protocols.common import Outcome, RequestLimits, ResponseInfo  # noqa: E402
 from chatsieve.protocols.openai_chat import OPENAI_CHAT, ChunkStream, sse_all  # noqa: E402
 from chatsieve.server import build_parser, uvicorn_options  # noqa: E402
-from chatsieve.server.app import _stream  # noqa: E402
+from chatsieve.server.app import _Out, _stream  # noqa: E402
 from chatsieve.server.backends import BackendError  # noqa: E402
 
 MODEL = "test-model"
@@ -82,11 +82,42 @@ def encoder():
     return OPENAI_CHAT.encoder(req, ResponseInfo(model=MODEL, token_bytes=lambda i: b""))
 
 
-def stream(gen, write) -> None:
-    anyio.run(_stream, gen, encoder(), None, write)
+class ChunkedSink:
+    """A `ChunkedBody` stand-in: a write is taken at once (as the transport takes it) and the
+    client has read it when the test's `write` returns; until then `ready` is false (a full
+    socket buffer), so the stream waits in `drain` or leaves its batches pending."""
+
+    def __init__(self, write) -> None:
+        self._write = write
+        self._task: asyncio.Task | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._task is None or self._task.done()
+
+    def write(self, data: bytes) -> None:
+        assert self.ready, "written while the client was not reading"
+        self._task = asyncio.ensure_future(self._write(data))
+
+    async def drain(self) -> None:
+        if self._task is not None:
+            await self._task
 
 
-def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once():
+def out(write, sink: str) -> _Out:
+    """The stream's output: through the ASGI send (`write`), or straight to a transport."""
+    return _Out(write, None) if sink == "send" else _Out(None, ChunkedSink(write))
+
+
+SINKS = pytest.mark.parametrize("sink", ["send", "chunked_body"])
+
+
+def stream(gen, write, sink: str = "send") -> None:
+    anyio.run(_stream, gen, encoder(), None, out(write, sink))
+
+
+@SINKS
+def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once(sink):
     produced_all = None
     writes: list[bytes] = []
 
@@ -108,7 +139,7 @@ def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once():
     async def main():
         nonlocal produced_all
         produced_all = anyio.Event()
-        await _stream(Gen(batches, between=lambda: anyio.sleep(0)), encoder(), None, write)
+        await _stream(Gen(batches, between=lambda: anyio.sleep(0)), encoder(), None, out(write, sink))
 
     anyio.run(main)
     got = chunks_of(writes)
@@ -123,7 +154,8 @@ def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once():
     assert len(got) == 3
 
 
-def test_a_client_that_keeps_up_gets_every_delta_as_it_comes():
+@SINKS
+def test_a_client_that_keeps_up_gets_every_delta_as_it_comes(sink):
     written = None
     writes: list[bytes] = []
 
@@ -142,7 +174,7 @@ def test_a_client_that_keeps_up_gets_every_delta_as_it_comes():
         nonlocal written
         written = anyio.Event()
         gen = FakeGeneration([[ContentDelta(t)] for t in texts], between=wait_written)
-        await _stream(gen, encoder(), None, write)
+        await _stream(gen, encoder(), None, out(write, sink))
 
     anyio.run(main)
     got = chunks_of(writes)
@@ -150,18 +182,47 @@ def test_a_client_that_keeps_up_gets_every_delta_as_it_comes():
     assert got[-1][-1] == "[DONE]"
 
 
-def test_an_engine_failure_mid_stream_comes_after_the_deltas_before_it():
+@SINKS
+def test_an_engine_failure_mid_stream_comes_after_the_deltas_before_it(sink):
     writes: list[bytes] = []
 
     async def write(data: bytes) -> None:
         writes.append(data)
 
-    stream(FakeGeneration([[ContentDelta("x")]], fail=BackendError("engine gone")), write)
+    stream(FakeGeneration([[ContentDelta("x")]], fail=BackendError("engine gone")), write, sink)
     events = [c for w in chunks_of(writes) for c in w]
     assert deltas(events[1]) == {"content": "x"}
     # the engine's words stay in the log; the client gets the request id to quote
     message = events[2]["error"]["message"]
     assert "engine gone" not in message and "chatcmpl-test" in message and events[3] == "[DONE]"
+
+
+@SINKS
+def test_pings_come_while_the_engine_is_silent_and_not_while_it_streams(sink):
+    from chatsieve.protocols.anthropic import ANTHROPIC
+
+    body = {"model": MODEL, "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    enc = ANTHROPIC.encoder(ANTHROPIC.parse(body, RequestLimits()), ResponseInfo(model=MODEL, token_bytes=lambda i: b""))
+    writes: list[bytes] = []
+
+    async def write(data: bytes) -> None:
+        writes.append(data)
+
+    class Gen(FakeGeneration):
+        async def events(self):
+            for k in range(300):  # 1.5 s or more of events, each far within the ping interval
+                yield [ContentDelta(f"{k} ")]
+                await anyio.sleep(0.005)
+            await anyio.sleep(2.5)  # then silence: pings
+            yield [ContentDelta("end")]
+            yield []
+
+    anyio.run(_stream, Gen([]), enc, 1.0, out(write, sink))
+    kinds = [e.split(b"\n", 1)[0][len(b"event: "):].decode() for w in writes for e in w.split(b"\n\n") if e]
+    deltas_before = kinds.index("ping")
+    assert kinds[:deltas_before].count("content_block_delta") == 300  # no ping among the streamed deltas
+    assert 1 <= kinds.count("ping") <= 3 and kinds[-1] == "message_stop"
+    assert kinds[kinds.index("ping"):].count("content_block_delta") == 1  # "end", after the pings
 
 
 text = st.text(max_size=6)

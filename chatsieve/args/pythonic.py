@@ -2,7 +2,9 @@
 
 A small incremental parser, never `eval`: Python literals become JSON as they
 stream -- strings in either quote style (triple-quoted, raw, every escape), numbers,
-True/False/None, lists, tuples and dicts. Keyword arguments only.
+True/False/None, lists, tuples, dicts and sets (a JSON list, in the order written);
+f-strings without placeholders.
+Keyword arguments only.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ _NAME_RUN = re.compile(r"[\w.\-]*")  # function names (dotted and dashed ones to
 _WORD_RUN = re.compile(r"\w*")
 _NUMBER_RUN = re.compile(r"[\w.]*")
 _STOPS = {q: re.compile("[\\\\" + q + "]") for q in "'\""}
+_F_STOPS = {q: re.compile("[\\\\{}" + q + "]") for q in "'\""}  # f-strings: braces too
 _PY_FLOAT = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _OCTAL = frozenset("01234567")
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -27,8 +30,10 @@ _SIMPLE_ESCAPES = {
     "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\n": "",
 }  # fmt: skip
 _WORDS = {"True": "true", "False": "false", "None": "null", "true": "true", "false": "false", "null": "null"}
-_STRING_PREFIXES = frozenset({"r", "u", "b", "br", "rb"})
-_CLOSER = {"[": "]", "(": ")", "{": "}"}
+_STRING_PREFIXES = frozenset({"r", "u", "b", "br", "rb", "f", "rf", "fr"})
+# container frames: `[` list, `(` tuple, `{` dict, `s` set, `?` a `{` not yet known to
+# open a dict or a set (its first item decides: `:` after it, or `,`/`}`)
+_CLOSER = {"[": "]", "(": ")", "{": "}", "s": "}", "?": "}"}
 
 # call-level states
 LIST, CALL_OR_END, NAME, AFTER_NAME, KW_OR_CLOSE, KW, AFTER_KW, AFTER_ARG, AFTER_CALL, DONE = range(10)
@@ -72,12 +77,18 @@ class PythonicCallCodec(RegionCodec):
         self._bracketed = False
         self._buf = ""  # name, keyword, number or word being read
         self._argc = 0  # keyword arguments written in the current call
-        self._stack: list[list] = []  # [opener, items written]
+        self._stack: list[list] = []  # [opener, items written, held offset of a `?` frame]
+        # argument JSON held while a `{` is undecided (`{}`/`{"k":` or `[`), and its length
+        self._held: list[str] = []
+        self._held_len = 0
+        self._undecided = 0  # `?` frames on the stack
         self._key = False  # the string/number being read is a dict key
         # string state
         self._q = ""
         self._triple = False
         self._raw = False
+        self._fstring = False  # an f-string: literal only without placeholders (`{{`, `}}` kept)
+        self._brace = ""  # an f-string's `{` or `}` whose double is not seen yet
         self._opening = 0  # opening quotes seen: 1, or 2 (empty '' or the start of ''')
         self._closing = 0  # closing quotes seen inside a triple-quoted string
         self._escape = ""
@@ -255,6 +266,7 @@ class PythonicCallCodec(RegionCodec):
         else:  # V_WORD
             if c in "'\"" and word.lower() in _STRING_PREFIXES:
                 self._raw = "r" in word.lower()
+                self._fstring = "f" in word.lower()
                 self._st = V_STRING  # the quote itself opens the string
                 self._q = ""
             elif word in _WORDS and not self._key:
@@ -302,6 +314,8 @@ class PythonicCallCodec(RegionCodec):
         st = self._st
         if st in (V_START, V_START_OR_CLOSE):
             if st == V_START_OR_CLOSE and c == _CLOSER[self._stack[-1][0]]:
+                if self._stack[-1][0] == "?":  # `{}`: an empty dict
+                    self._decide("{")
                 self._close_container()
                 return i + 1
             return self._value_start(c, i)
@@ -331,6 +345,15 @@ class PythonicCallCodec(RegionCodec):
             return i + 1
         # V_AFTER
         top = self._stack[-1][0]
+        if top == "?":  # after a `{`'s first item: `:` makes it a dict, `,` or `}` a set
+            if c == ":":
+                if self._decide("{"):
+                    self.args(":")
+                    self._st = V_START
+                return i if self._error is not None else i + 1
+            if c in ",}":
+                self._decide("s")
+                top = "s"
         if c == ",":
             self._st = V_KEY_OR_CLOSE if top == "{" else V_START_OR_CLOSE
         elif c == _CLOSER[top]:
@@ -342,11 +365,17 @@ class PythonicCallCodec(RegionCodec):
 
     def _value_start(self, c: str, i: int) -> int:
         self._key = False
-        if c in "[({":
+        if c == "{":  # a dict or a set: nothing is written until its first item decides
             self._separator()
-            self.args("{" if c == "{" else "[")
+            self._stack.append(["?", 0, self._held_len])
+            self._undecided += 1
+            self._st = V_START_OR_CLOSE
+            return i + 1
+        if c in "[(":
+            self._separator()
+            self.args("[")
             self._stack.append([c, 0])
-            self._st = V_KEY_OR_CLOSE if c == "{" else V_START_OR_CLOSE
+            self._st = V_START_OR_CLOSE
             return i + 1
         if c in "'\"":
             self._separator()
@@ -372,18 +401,50 @@ class PythonicCallCodec(RegionCodec):
             frame[1] += 1
 
     def _close_container(self) -> None:
-        opener, _ = self._stack.pop()
+        opener = self._stack.pop()[0]
         self.args("}" if opener == "{" else "]")
         self._value_done()
+
+    def _decide(self, kind: str) -> bool:
+        """The innermost `{` opens a dict (`kind` "{"; its first item, if any, is the
+        key) or a set ("s"; written as a JSON list). False when the key cannot be one."""
+        frame = self._stack[-1]
+        held = "".join(self._held)
+        at = frame[2]
+        first = held[at:]
+        if kind == "{" and first and not first.startswith('"'):
+            if JSON_NUMBER.fullmatch(first) is None:  # a dict key must be a string or a number
+                self._err(f"expected a string or a number as a dict key, found {first[:64]}")
+                return False
+            first = json.dumps(first)
+        held = held[:at] + ("{" if kind == "{" else "[") + first
+        frame[0] = kind
+        del frame[2:]
+        self._undecided -= 1
+        if self._undecided:
+            self._held, self._held_len = [held], len(held)
+        else:
+            self._held, self._held_len = [], 0
+            super().args(held)
+        return True
+
+    def args(self, text: str) -> None:
+        if self._undecided:
+            self._held.append(text)
+            self._held_len += len(text)
+        else:
+            super().args(text)
 
     def _value_done(self) -> None:
         self._key = False
         self._st = V_AFTER if self._stack else AFTER_ARG
 
     # ---- strings -----------------------------------------------------------------------------
-    def _open_string(self, q: str, *, raw: bool = False) -> None:
+    def _open_string(self, q: str, *, raw: bool = False, fstring: bool = False) -> None:
         self.args('"')
         self._raw = raw
+        self._fstring = fstring
+        self._brace = ""
         self._st = V_STRING
         self._q = q
         self._opening = 1
@@ -393,7 +454,7 @@ class PythonicCallCodec(RegionCodec):
 
     def _string(self, text: str, i: int, n: int) -> int:
         if not self._q:  # after a prefix (r'', u''): the quote is here
-            self._open_string(text[i], raw=self._raw)
+            self._open_string(text[i], raw=self._raw, fstring=self._fstring)
             return i + 1
         q = self._q
         while i < n and self._opening:
@@ -418,6 +479,14 @@ class PythonicCallCodec(RegionCodec):
             if self._escape:
                 i = self._escaped(text, i)
                 continue
+            if self._brace:  # `{{` / `}}` in an f-string is the brace; one alone is a placeholder
+                if text[i] != self._brace:
+                    self._err("an f-string with a placeholder is not a literal")
+                    return n
+                self.args(self._brace)
+                self._brace = ""
+                i += 1
+                continue
             if self._closing:
                 if text[i] == q:
                     self._closing += 1
@@ -430,12 +499,16 @@ class PythonicCallCodec(RegionCodec):
                 self.args(json_string_body(q * self._closing))
                 self._closing = 0
                 continue
-            m = _STOPS[q].search(text, i)
+            m = (_F_STOPS if self._fstring else _STOPS)[q].search(text, i)
             j = m.start() if m else n
             if j > i:
                 self.args(json_string_body(text[i:j]))
             if m is None:
                 return n
+            if text[j] in "{}":
+                self._brace = text[j]
+                i = j + 1
+                continue
             if text[j] == q:
                 if self._triple:
                     self._closing = 1

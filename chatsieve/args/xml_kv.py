@@ -199,6 +199,18 @@ class XmlKvCodec(RegionCodec):
             self._value_done()
             self._st = ARGS
             return True
+        if self._st in (VALUE, PEEK) and marker in self.ctx.gated and marker in (syn.key_open, syn.call_close):
+            # the next parameter or the call's end by its token id inside a value: the
+            # model left out VALUE_CLOSE (an id is never a value's text); the tag counts
+            held, self._held = self._held, ""
+            self._st = VALUE
+            self._value_text(held)
+            why = f"no {syn.value_close} before {marker}: the value of {self._cur_key!r} ends there (repaired)"
+            self.ops.append(Junk("", why))
+            self._value_done()
+            self._st = ARGS
+            self.feed(marker)
+            return True
         if self._st in (VALUE, PEEK) and marker not in syn.structural:
             self.feed(marker)  # a delimiter inside a value is just text
             return True

@@ -57,11 +57,21 @@ DEEPSEEK_V3 = dataclasses.replace(
     template="deepseek/chat_template.v3.jinja",
     reasoning_doc="`<think>…</think>`, off unless asked",
     calls_doc="as `deepseek_r1`",
+    # its template renders a message's calls only when the content is null, so those of a message
+    # with text would vanish: they are written after the text, in the family's call syntax
+    tool_prompt=ToolPrompt(
+        system=None,  # no documented tool prompt: a request with tools is refused
+        calls="deepseek",
+        source="DeepSeek's own templates: V3's writes each call as `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME"
+        "\\n```json\\nARGS\\n```<｜tool▁call▁end｜>`; R1's (the same vocabulary and call syntax) writes a "
+        "message's text and then its `<｜tool▁calls▁begin｜>…<｜tool▁calls▁end｜>` section",
+    ),
 )
 
-# The DeepSeek-V3.1 model card ("ToolCall", huggingface.co/deepseek-ai/DeepSeek-V3.1, README and
-# assets/chat_template.jinja's companion): its template renders no tool definitions; the tool
-# description goes after the system prompt in this exact form.
+# The DeepSeek-V3.1 model card, section "ToolCall" (huggingface.co/deepseek-ai/DeepSeek-V3.1,
+# README.md): its template renders no tool definitions; the prompt is
+# `{system prompt}\n\n{tool_description}<｜User｜>...` with the tool description below, word for word
+# (one `### name` block per tool; `{additional_tool_calls}` is literal text of the card).
 DEEPSEEK_V31_TOOL_PROMPT = ToolPrompt(
     system=(
         "## Tools\nYou have access to the following tools:\n"
@@ -69,13 +79,14 @@ DEEPSEEK_V31_TOOL_PROMPT = ToolPrompt(
         "{{ f.description | default('') }}\n\nParameters: {{ (f.parameters | default({})) | tojson }}\n"
         "{% endfor %}{{ '\\n' }}IMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
-        "<｜tool▁call▁end｜>{{ '{{' }}additional_tool_calls{{ '}}' }}<｜tool▁calls▁end｜>\n\nWhere:\n\n"
+        "<｜tool▁call▁end｜>{additional_tool_calls}<｜tool▁calls▁end｜>\n\nWhere:\n"
         "- `tool_call_name` must be an exact match to one of the available tools\n"
         "- `tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters Schema\n"
         "- For multiple tool calls, chain them directly without separators or spaces"
     ),
-    source="https://huggingface.co/deepseek-ai/DeepSeek-V3.1 (model card, \"ToolCall\": the tool "
-    "description after the system prompt)",
+    source="https://huggingface.co/deepseek-ai/DeepSeek-V3.1 (model card README.md, section \"ToolCall\": "
+    "`<｜begin▁of▁sentence｜>{system prompt}\\n\\n{tool_description}<｜User｜>{query}<｜Assistant｜></think>` and the "
+    "tool_description text)",
 )
 
 DEEPSEEK_V31 = dataclasses.replace(

@@ -51,6 +51,9 @@ DEEPSEEK_V4 = dataclasses.replace(
     aliases=("deepseek-v4",),
     call_open=(f"<{DSML}tool_calls>",),
     call_close=(f"</{DSML}tool_calls>",),
+    # V4's vocabulary has `｜DSML｜` as a control token: the call's tags spelled around it are
+    # gated by its id (token mode), so one spelled inside a value (a file's text) is text
+    inner=(DSML_SYNTAX.value_close, DSML_SYNTAX.key_open, DSML_SYNTAX.call_close),
     template="llama.cpp/models/templates/deepseek-ai-DeepSeek-V4.jinja",
     calls_doc="as `deepseek_v32`, in `<｜DSML｜tool_calls>` blocks",
     tokenizer_doc="deepseek/v4",

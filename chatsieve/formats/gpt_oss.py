@@ -9,7 +9,7 @@ regions (`_drain`) and diagnostics.
 
 from __future__ import annotations
 
-from ..args.base import CallContext, valid_function_name
+from ..args.base import CallContext, Fail, RegionCodec, valid_function_name
 from ..args.harmony import HarmonyArgsCodec
 from ..engine import Engine, FieldSink
 from ..events import Dropped
@@ -63,6 +63,8 @@ class HarmonyEngine(Engine):
         self._skip_why = ""
         self._analysis_open = False  # an analysis body was cut by a new header, not ended
         self._message_at = 0  # where the current message's body began (`<|message|>`)
+        self._body_ends = frozenset((START, CHANNEL, END, CALL, *spec.end))
+        self._suspect_seg: Segment | None = None  # the body end a string took (Engine._suspect)
         self._new_header(explicit=False)
         self._from_prompt(self._prompt)
 
@@ -92,11 +94,14 @@ class HarmonyEngine(Engine):
 
     # ---- input ---------------------------------------------------------------------
     def segment(self, seg: Segment) -> None:
+        if self._suspect is not None:
+            self._suspect.append(seg)
         if isinstance(seg, Text):
             if seg.text:
                 self._text(seg.text, seg.start)
         else:
             self._marker(seg)
+        self._read_again()
 
     def take_plain(self, text: str, start: int) -> str | None:
         """Fast lane (see `Engine.take_plain`): text inside a reasoning or content body
@@ -105,6 +110,8 @@ class HarmonyEngine(Engine):
             return None
         kind = self._kind
         if kind == CALLBODY:
+            if self._suspect is not None:
+                return None  # the call's ops are held until it ends or fails
             json_text = self._region.plain(text)
             if json_text is None:
                 return None
@@ -140,6 +147,12 @@ class HarmonyEngine(Engine):
             self.out.append(Dropped(m, "control token this format does not use"))
             return
         if mode == BODY and self._kind == CALLBODY and self._region.marker(m):
+            if m in self._body_ends and self._suspect is None and self._region.in_call:
+                # A body's end taken as string text (text mode): held until the call
+                # completes (it was text) or fails (the body ended here; `_suspect_ended`).
+                self._suspect = []
+                self._suspect_seg = seg
+                self._suspect_raw = len(self._raw)
             self._raw.append(m)
             self._drain()
             return
@@ -175,6 +188,8 @@ class HarmonyEngine(Engine):
         # a marker that ends what came before: a message, a header, a stray
         cut_analysis = mode == BODY and self._kind == REASONING
         self._end_current(truncated=False)
+        if self._rerun:
+            return  # the call's body had ended at a held marker: this one is read again after it
         self._analysis_open = cut_analysis and m in (START, CHANNEL)
         if m == START:
             self._new_header(explicit=True)
@@ -372,11 +387,24 @@ class HarmonyEngine(Engine):
             if raw.strip(_WS):
                 self.out.append(Dropped(raw, self._skip_why))
 
+    def _suspect_ended(self, region: RegionCodec) -> None:
+        """The call failed after a body end it took as string text: the body ended there.
+        The call is malformed; the marker and what followed it are read again."""
+        rerun, self._suspect, self._suspect_ops = self._suspect, None, []
+        seg, self._suspect_seg = self._suspect_seg, None
+        self._raw = self._raw[: self._suspect_raw]
+        self._apply([Fail(f"unterminated string: {seg.text} ended the call inside it")])
+        self._region = None
+        self._kind = ""  # the body is over; the marker says what comes next
+        self._rerun = [seg, *rerun, *self._rerun]
+
     # ---- end -----------------------------------------------------------------------
     def finish(self, *, cut: bool = True) -> None:
-        if self._mode != DONE:
+        while self._mode != DONE:
             self._end_current(truncated=cut)
-            self._mode = DONE
+            if not self._rerun:  # else a call failed after a suspected end: read on from there
+                self._mode = DONE
+            self._read_again()
         self._content.finish()
         self._reasoning.finish()
         rest = "".join(self._after_end)

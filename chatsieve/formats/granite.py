@@ -8,8 +8,19 @@ import dataclasses
 
 from ..args.dispatch import JsonCallsCodec
 from ..args.llama3 import _CallObject
-from ..spec import FormatSpec
+from ..spec import FormatSpec, ToolPrompt
 from .qwen3 import HERMES
+
+# Granite 3.3's template renders only a message's content, so an earlier call would vanish from
+# the history: it is written back as the content, the way the model writes it.
+GRANITE_TOOL_PROMPT = ToolPrompt(
+    system=None,  # the template renders the tools itself (an `available_tools` turn)
+    calls="granite",
+    source="IBM's Granite 3.x chat templates: 3.3's system prompt (\"respond only with <|tool_call|> followed by a "
+    "JSON list of tools used\") and 3.0's (huggingface.co/ibm-granite/granite-3.0-8b-instruct, as quoted in "
+    "llama.cpp's tests/test-chat-template.cpp), which writes an earlier call as "
+    "`<|start_of_role|>assistant<|end_of_role|><|tool_call|>` + the calls; results keep 3.3's own `tool` role",
+)
 
 GRANITE = FormatSpec(
     name="granite",
@@ -28,6 +39,7 @@ GRANITE = FormatSpec(
     calls_doc='`<|tool_call|>[{"name", "arguments"}, …]` (no closing marker)',
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template="llama.cpp/models/templates/ibm-granite-granite-3.3-2B-Instruct.jinja",
+    tool_prompt=GRANITE_TOOL_PROMPT,
 )
 
 GRANITE4 = dataclasses.replace(

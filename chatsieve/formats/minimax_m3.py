@@ -21,6 +21,8 @@ MINIMAX_M3 = FormatSpec(
     # `<tool_call>` … `</tool_call>` as tags and ends the region itself
     call_open=(NS,),
     codec=MiniMaxM3CallCodec,
+    # the turn ends with the template's eos `[e~[`; `]~b]` (its bos) opens the next turn
+    end=("[e~[", "]~b]"),
     strip=("</mm:think>",),  # the bare sentinel of a turn without reasoning
     reasoning_doc="`<mm:think>…</mm:think>`; opened by the prompt when thinking_mode=enabled",
     calls_doc='`]<]minimax[>[<tool_call>` + `]<]minimax[>[<invoke name="F">` with `]<]minimax[>[<KEY>V]<]minimax[>[</KEY>` elements',

@@ -10,7 +10,9 @@ from ..args.dispatch import JsonCallsCodec
 from ..spec import FormatSpec
 from .qwen3_coder import QWEN3_CODER
 
-_END = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
+# Nano v2's template ends a turn with `<SPECIAL_12>` (its eos; llama.cpp's end token for it) and
+# opens the next with `<SPECIAL_11>`; Llama-Nemotron Super ends one with `<|eot_id|>`
+_END = ("<SPECIAL_12>", "<SPECIAL_11>", "<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<|im_start|>")
 
 NEMOTRON = FormatSpec(
     name="nemotron",

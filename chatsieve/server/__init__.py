@@ -363,6 +363,9 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         os.environ[CONFIG_ENV] = config.to_json()
         uvicorn.run("chatsieve.server.app:app_from_environ", factory=True, workers=args.workers, **options)
     else:
-        uvicorn.run(app, **options)
+        from chatsieve.server.quiet_server import run
+
+        if not run(app, **options):
+            return 3  # uvicorn's exit status for a server that did not start
     return 0
 

@@ -62,6 +62,8 @@ from chatsieve.protocols.common import (
 )
 from chatsieve.protocols.openai_chat import OPENAI_CHAT
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest
+from chatsieve.server.chunked_body import EXTENSION as CHUNKED_BODY
+from chatsieve.server.chunked_body import ChunkedBody
 from chatsieve.server.client import EngineHTTP
 from chatsieve.server.metrics import Metrics, MetricsMiddleware, observe_refusal
 from chatsieve.server.model_check import check_model, engine_model_path
@@ -145,6 +147,9 @@ class ServerConfig:
 # A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
 # the renderings, encodings and copies it used are many times the request's size.
 TRIM_AFTER_TOKENS = 50_000
+# Inter-token gaps are kept and put in the histogram this many at a time (and at the end of each
+# engine request): a /metrics scrape may miss a stream's last few, never one that has ended.
+GAPS_PER_OBSERVATION = 32
 
 
 @functools.cache
@@ -419,105 +424,118 @@ class Generation:
         if m is not None:
             m.in_flight.inc()
             m.prompt_tokens.inc(self.prompt_tokens)
-        try:
-            async for events in self._events():
+        try:  # (one generator, not two: this runs once per engine event)
+            produced: list[int] = []
+            first = self.request
+            end_id = self.reasoning_end_id
+            if end_id is not None:
+                first = dataclasses.replace(self.request, constraint=None,
+                                            stop_token_ids=(*self.request.stop_token_ids, end_id))
+            async for events in self._run(first, produced):
                 yield events
+            if self._budget_hit and end_id is None:  # the reasoning budget ran out: close it, then go on
+                produced.extend(self.budget_close_ids)
+                events = self.parser.feed(token_ids=list(self.budget_close_ids))
+                if events:
+                    yield self.calls.apply(events)
+            if self._budget_hit or end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
+                if end_id is not None and (not produced or produced[-1] != end_id):  # trimmed, or cut by the budget
+                    produced.append(end_id)
+                    events = self.parser.feed(token_ids=[end_id])
+                    if events:
+                        yield self.calls.apply(events)
+                if self.answer_prefix_ids:  # what opens the answer, as the model would write it
+                    produced.extend(self.answer_prefix_ids)
+                    events = self.parser.feed(token_ids=list(self.answer_prefix_ids))
+                    if events:
+                        yield self.calls.apply(events)
+                left = None if self.max_tokens is None else self.max_tokens - self.completion_tokens
+                if left is None or left > 0:
+                    second = dataclasses.replace(
+                        self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
+                        max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
+                    async for events in self._run(second, produced):
+                        yield events
+            events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
+            self.calls.finish()
+            yield events
+            if self.calls.dropped:
+                log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
         finally:
             if m is not None:
                 m.in_flight.dec()
                 m.completion_tokens.inc(self.completion_tokens)
 
-    async def _events(self) -> AsyncIterator[list[Event]]:
-        produced: list[int] = []
-        first = self.request
-        end_id = self.reasoning_end_id
-        if end_id is not None:
-            first = dataclasses.replace(self.request, constraint=None,
-                                        stop_token_ids=(*self.request.stop_token_ids, end_id))
-        async for events in self._run(first, produced):
-            yield events
-        if self._budget_hit and end_id is None:  # the reasoning budget ran out: close it, then go on
-            produced.extend(self.budget_close_ids)
-            events = self.parser.feed(token_ids=list(self.budget_close_ids))
-            if events:
-                yield self.calls.apply(events)
-        if self._budget_hit or end_id is not None and self._engine_finish == "stop" and not self.parser.stopped:
-            if end_id is not None and (not produced or produced[-1] != end_id):  # trimmed, or cut by the budget
-                produced.append(end_id)
-                events = self.parser.feed(token_ids=[end_id])
-                if events:
-                    yield self.calls.apply(events)
-            if self.answer_prefix_ids:  # what opens the answer, as the model would write it
-                produced.extend(self.answer_prefix_ids)
-                events = self.parser.feed(token_ids=list(self.answer_prefix_ids))
-                if events:
-                    yield self.calls.apply(events)
-            left = None if self.max_tokens is None else self.max_tokens - self.completion_tokens
-            if left is None or left > 0:
-                second = dataclasses.replace(
-                    self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
-                    max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
-                async for events in self._run(second, produced):
-                    yield events
-        events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
-        self.calls.finish()
-        yield events
-        if self.calls.dropped:
-            log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
-
     async def _run(self, request: GenerationRequest, produced: list[int]) -> AsyncIterator[list[Event]]:
-        """One engine request fed through the parser; its finish reason in `_engine_finish`."""
+        """One engine request fed through the parser; its finish reason in `_engine_finish`.
+
+        This loop runs once per engine event (one token each, when the engine is paced), so what
+        it reads of `self` is read once, and the inter-token gaps go to the histogram in groups."""
         self._engine_finish = None
         stream = self.backend.generate(request)
         m = self.metrics
+        gaps: list[float] = []
+        observe = m.inter_token.observe if m is not None else None
+        max_tokens, vocab_size, budget = self.max_tokens, self.vocab_size, self.reasoning_budget
+        parser, calls, feed = self.parser, self.calls, self._feed
         last = started = time.monotonic()
         try:
             async for batch in stream:
                 ids, lps, over = batch.token_ids, batch.logprobs, False
-                if m is not None and ids:
-                    now = time.monotonic()
-                    if not self.completion_tokens:
-                        m.ttft.observe(now - started)
-                    else:
-                        m.inter_token.observe((now - last) / len(ids))
-                    last = now
-                if self.max_tokens is not None and self.completion_tokens + len(ids) > self.max_tokens:
-                    keep = max(self.max_tokens - self.completion_tokens, 0)
-                    ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
-                if ids and self.vocab_size is not None and (min(ids) < 0 or max(ids) >= self.vocab_size):
-                    bad = next(i for i in ids if not 0 <= i < self.vocab_size)
+                n = len(ids)
+                if n:
+                    if observe is not None:
+                        now = time.monotonic()
+                        if not self.completion_tokens:
+                            m.ttft.observe(now - started)
+                        else:
+                            gaps.append((now - last) / n)
+                            if len(gaps) >= GAPS_PER_OBSERVATION:
+                                for gap in gaps:
+                                    observe(gap)
+                                gaps.clear()
+                        last = now
+                    if max_tokens is not None and self.completion_tokens + n > max_tokens:
+                        keep = max(max_tokens - self.completion_tokens, 0)
+                        ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
+                        n = len(ids)
+                if n and vocab_size is not None and (min(ids) < 0 or max(ids) >= vocab_size):
+                    bad = next(i for i in ids if not 0 <= i < vocab_size)
                     raise BackendError(
                         f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
-                        f"(0..{self.vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
+                        f"(0..{vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
                     )
-                if ids and self.reasoning_budget is not None and not (self._past_reasoning or self._budget_hit):
-                    room = self.reasoning_budget - self.reasoning_tokens
-                    if len(ids) > room:  # the budget ends in this batch: feed up to it, then see
-                        head = self._feed(ids[:room], lps[:room] if lps is not None else None)
+                if n and budget is not None and not (self._past_reasoning or self._budget_hit):
+                    room = budget - self.reasoning_tokens
+                    if n > room:  # the budget ends in this batch: feed up to it, then see
+                        head = feed(ids[:room], lps[:room] if lps is not None else None)
                         produced.extend(ids[:room])
                         if head:
-                            yield self.calls.apply(head)
+                            yield calls.apply(head)
                         if not self._past_reasoning:
                             self._budget_hit = True
                             break  # closing the stream cancels the engine request
                         ids, lps = ids[room:], lps[room:] if lps is not None else None
-                produced.extend(ids)
-                if ids:
-                    events = self._feed(ids, lps)
+                        n = len(ids)
+                if n:
+                    produced.extend(ids)
+                    events = feed(ids, lps)
                     if events:
-                        yield self.calls.apply(events)
+                        yield calls.apply(events)
                 if batch.finish_reason:
                     self._engine_finish = batch.finish_reason
                 if over:
                     self._engine_finish = "length"  # the engine went past max_tokens: cut here
                     break
-                if self.parser.stopped and not batch.finish_reason:
+                if parser.stopped and not batch.finish_reason:
                     break  # a local stop: closing the stream cancels the engine request
         except BackendError:
             if m is not None:
                 m.engine_errors.inc()
             raise
         finally:
+            for gap in gaps:
+                observe(gap)
             await stream.aclose()
 
     def _feed(self, ids: list[int], lps: list | None) -> list[Event]:
@@ -609,14 +627,15 @@ def backend_failure(e: BackendError, request_id: str = "") -> RequestError:
 
 
 class EventStreamResponse(Response):
-    """Server-sent events written by `body(write)`; a client disconnect cancels it (and so the
-    engine request) at once, whatever the ASGI server's spec version."""
+    """Server-sent events written by `body(out)` (straight to the transport where the server offers
+    a `ChunkedBody`); a client disconnect cancels it (and so the engine request) at once, whatever
+    the ASGI server's spec version."""
 
     media_type = "text/event-stream"
 
     def __init__(
         self,
-        body: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]],
+        body: Callable[[_Out], Awaitable[None]],
         headers: dict[str, str] | None = None,
     ) -> None:
         self.produce = body
@@ -625,9 +644,10 @@ class EventStreamResponse(Response):
         self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def write(data: bytes) -> None:
+        async def send_body(data: bytes) -> None:
             await send({"type": "http.response.body", "body": data, "more_body": True})
 
+        direct = scope.get("extensions", {}).get(CHUNKED_BODY)
         async with anyio.create_task_group() as tg:
 
             async def stream() -> None:
@@ -639,7 +659,8 @@ class EventStreamResponse(Response):
                             "headers": self.raw_headers,
                         }
                     )
-                    await self.produce(write)
+                    body = direct if direct is not None and direct.usable() else None
+                    await self.produce(_Out(send_body, body))
                     await send({"type": "http.response.body", "body": b"", "more_body": False})
                 except OSError:
                     pass  # the client went away mid-send
@@ -885,6 +906,8 @@ class _Pending:
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.end: bytes | None = None  # b"" for a normal end, else the error events to send
+        self.busy = False  # the writer holds a batch it has not finished writing
+        self.last = 0.0  # loop time of the engine's last batch (for pings)
         self._waiter: asyncio.Future | None = None  # the writer's, while it waits
 
     def put(self, events: list[Event]) -> None:
@@ -907,15 +930,58 @@ class _Pending:
                 await self._waiter
             finally:
                 self._waiter = None
+        return self.take_now()
+
+    def take_now(self) -> tuple[list[Event], bytes | None]:
         events, self.events = self.events, []
         return events, self.end
 
 
-async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder) -> None:
+class _Out:
+    """Where a stream's bytes go: straight to the client's transport (`ChunkedBody`) where the
+    HTTP server offers it, else through the ASGI `send` (`send_body`)."""
+
+    __slots__ = ("send_body", "body")
+
+    def __init__(self, send_body: Callable[[bytes], Awaitable[None]], body: ChunkedBody | None) -> None:
+        self.send_body = send_body
+        self.body = body
+
+    def ready(self) -> bool:
+        """Whether `put` may write now, without waiting for the client."""
+        body = self.body
+        return body is not None and body.ready
+
+    def put(self, data: bytes) -> None:
+        assert self.body is not None
+        self.body.write(data)
+
+    async def write(self, data: bytes) -> None:
+        body = self.body
+        if body is None:
+            await self.send_body(data)
+        else:
+            await body.drain()
+            body.write(data)
+
+
+async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder, out: _Out, ping: bool) -> None:
+    """Read the engine's batches; write each straight away while the client keeps up and nothing
+    waits before it (one task, no hand-over, per engine event), else leave it to the writer."""
+    loop = asyncio.get_running_loop()
     try:
         async with contextlib.aclosing(gen.events()) as events:
             async for batch in events:
-                pending.put(batch)
+                if ping:
+                    pending.last = loop.time()
+                if not batch:
+                    continue
+                if pending.busy or pending.events or not out.ready():
+                    pending.put(batch)
+                else:
+                    data = encoder.encode(batch)
+                    if data:
+                        out.put(data)
     except BackendError as e:
         log.warning("%s backend failed mid-stream: %s", gen.request_id, e)
         pending.close(encoder.error(backend_failure(e, gen.request_id)))
@@ -926,39 +992,52 @@ async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder) -
         pending.close(b"")
 
 
-async def _stream(
-    gen: Generation,
-    encoder: StreamEncoder,
-    ping_interval: float | None,
-    write: Callable[[bytes], Awaitable[None]],
-) -> None:
-    """Write the encoded events of `gen` as they come: the engine is read by a task of its own,
-    so a slow client makes the writes bigger, never the engine wait. While the engine is silent
-    for `ping_interval` seconds, the encoder's keep-alive is sent."""
-    await write(encoder.start())
+async def _stream(gen: Generation, encoder: StreamEncoder, ping_interval: float | None, out: _Out) -> None:
+    """Write the encoded events of `gen` as they come: the engine is read by a task of its own
+    (which writes itself while the client keeps up), so a slow client makes the writes bigger,
+    never the engine wait. While the engine is silent for `ping_interval` seconds, the encoder's
+    keep-alive is sent."""
+    await out.write(encoder.start())
     pending = _Pending()
+    loop = asyncio.get_running_loop()
+    pending.last = loop.time()
     failed: Exception | None = None
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_produce, gen, pending, encoder)
+        tg.start_soon(_produce, gen, pending, encoder, out, ping_interval is not None)
         try:
             while True:
-                if ping_interval is None:
+                if ping_interval is None or pending.events or pending.end is not None:
                     events, end = await pending.take()
                 else:
+                    # one timer per quiet interval, not per event: the batches the producer
+                    # writes itself move `pending.last` on, and the wait is resumed
+                    wait = pending.last + ping_interval - loop.time()
                     events, end = [], None
-                    with anyio.move_on_after(ping_interval) as waited:
-                        events, end = await pending.take()
-                    if waited.cancelled_caught:
-                        ping = encoder.ping()
-                        if ping:
-                            await write(ping)
+                    if wait > 0:
+                        with anyio.move_on_after(wait):
+                            events, end = await pending.take()
+                    if not events and end is None:
+                        if loop.time() - pending.last >= ping_interval:
+                            pending.last = loop.time()
+                            ping = encoder.ping()
+                            if ping:
+                                pending.busy = True
+                                await out.write(ping)
+                                pending.busy = False
                         continue
+                pending.busy = True
+                body = out.body
+                if body is not None and not body.ready:  # merge what comes until the client reads
+                    await body.drain()
+                    more, end = pending.take_now()
+                    events += more
                 data = encoder.encode(events) if events else b""
                 if end is not None:
-                    await write(data + (end or encoder.finish(gen.outcome)))
+                    await out.write(data + (end or encoder.finish(gen.outcome)))
                     break
                 if data:
-                    await write(data)
+                    await out.write(data)
+                pending.busy = False
         except Exception as e:  # a failed write (client gone): raised as itself, not in a group
             failed = e
         tg.cancel_scope.cancel()

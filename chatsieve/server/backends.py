@@ -120,7 +120,7 @@ class VllmReader(_Reader):
                 and choice.get("finish_reason") is None
                 and not event.get("error")
                 and event.get("object") != "error"
-                and all(type(i) is int for i in ids)
+                and (len(ids) == 1 and type(ids[0]) is int or all(type(i) is int for i in ids))
             ):
                 return TokenBatch(tuple(ids))
         return self._read_any(event)

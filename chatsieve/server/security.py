@@ -285,6 +285,7 @@ def guarded_h11(header_timeout: float, max_connections: int) -> type:
       connections cannot use up the process's file descriptors;
     - a request's headers must arrive within `header_timeout` seconds of its first byte (of the
       connection, for the first request), or the connection is closed.
+    Each request is offered a `chunked_body.ChunkedBody` (streamed bodies written past h11).
     Idle keep-alive connections are closed by uvicorn's own timeout_keep_alive.
 
     The class is named after its bounds and importable from this module (see `__getattr__`),
@@ -422,6 +423,8 @@ def _make_guarded_h11(header_timeout: float, max_connections: int) -> type:
     import h11
     from uvicorn.protocols.http.h11_impl import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE, H11Protocol
 
+    from chatsieve.server.chunked_body import offer as offer_chunked_body
+
     class GuardedH11Protocol(H11Protocol):
         _header_timer: Any = None
 
@@ -448,6 +451,10 @@ def _make_guarded_h11(header_timeout: float, max_connections: int) -> type:
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            offer_chunked_body(self)  # a new request: its body may be written past h11
 
         def _arm(self) -> None:
             self._header_timer = self.loop.call_later(header_timeout, self._headers_too_slow)

@@ -31,7 +31,7 @@ _ANNOTATIONS = frozenset(
 )  # fmt: skip
 _UNSUPPORTED = (
     "pattern", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "minItems", "maxItems", "uniqueItems", "contains", "minProperties", "maxProperties",
+    "multipleOf", "uniqueItems", "contains", "minProperties", "maxProperties",
     "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "if", "then", "else",
     "not", "allOf", "$ref", "$defs", "definitions", "prefixItems",
 )  # fmt: skip
@@ -145,6 +145,37 @@ _PRIMITIVES = {
 }
 
 
+MAX_ITEM_BOUND = 64  # minItems / maxItems a grammar writes out (the engine expands each repetition)
+
+
+def _item_bounds(schema: Mapping[str, Any], where: str) -> tuple[int, int | None]:
+    """An array schema's (minItems, maxItems or None)."""
+    bounds = []
+    for key in ("minItems", "maxItems"):
+        value = schema.get(key)
+        if value is None:
+            bounds.append(None)
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise GrammarError(f"{where}: {key!r} must be a non-negative integer")
+        if value > MAX_ITEM_BOUND:
+            raise GrammarError(f"{where}: {key!r} above {MAX_ITEM_BOUND} cannot be enforced by a grammar here")
+        bounds.append(value)
+    low, high = bounds[0] or 0, bounds[1]
+    if high is not None and high < low:
+        raise GrammarError(f"{where}: 'maxItems' is below 'minItems': no array satisfies the schema")
+    return low, high
+
+
+def _repeat(low: int, high: int | None) -> str:
+    """GBNF's repetition suffix for `low` to `high` (None: unbounded) occurrences."""
+    if high is None:
+        return "*" if low == 0 else ("+" if low == 1 else f"{{{low},}}")
+    if (low, high) == (0, 1):
+        return "?"
+    return "" if low == high == 1 else f"{{{low},{high}}}"  # high >= 1 here
+
+
 def _check_keywords(schema: Any, where: str) -> None:
     if not isinstance(schema, Mapping):
         raise GrammarError(f"{where}: a schema must be an object")
@@ -235,7 +266,13 @@ class ValueGrammar:
         if types == "array":
             items = schema.get("items", True)
             item = self.value(items, where + "-item")
-            return self.r.add(where + "-array", f'"[" ws ({item} ("," ws {item})*)? "]"')
+            low, high = _item_bounds(schema, where)
+            if high == 0:
+                return _lit("[]")
+            rest = None if high is None else high - 1  # items after the first, at most
+            more = "" if rest == 0 else f' ("," ws {item})' + _repeat(max(low - 1, 0), rest)
+            body = f"{item}{more}" if low else f"({item}{more})?"
+            return self.r.add(where + "-array", f'"[" ws {body} "]"')
         if types == "object":
             return self._object(schema, where)
         raise GrammarError(f"{where}: unknown JSON Schema type {types!r}")
@@ -548,15 +585,15 @@ def _calls_constraint(
     except GrammarError as own:
         spec = get_format(format)
         end = _reasoning_end(spec, thinking)
-        if end is not None and engine in TOKEN_GRAMMAR_ENGINES:
-            raise GrammarError(
-                f"{what} for format {spec.name!r} with thinking on: {own}; turn thinking off "
-                "(chat_template_kwargs.enable_thinking: false)"
-            ) from None
         check_schema_size(tools)
         schema = call_list_schema(tools, parallel=parallel)
         if answer_schema is not None:
             schema = {"anyOf": [schema, answer_schema]}
+        if end is not None and engine in TOKEN_GRAMMAR_ENGINES and spec.reasoning_open:
+            try:  # llama.cpp: one grammar, the reasoning block and then the call list
+                return Constraint("grammar", grammar=_after_reasoning(spec, end, token_id, schema), calls=True)
+            except GrammarError as e:
+                raise GrammarError(f"{what} for format {spec.name!r} with thinking on: {own}; {e}") from None
         return Constraint("json_schema", schema=schema, calls=True, reasoning_end=end,
                           answer_prefix=_answer_prefix(spec) if end else None)
 
@@ -635,15 +672,22 @@ def plan(
                           answer_prefix=_answer_prefix(spec))
     if not spec.reasoning_open:  # llama.cpp, gpt-oss: the JSON as the whole output, as before
         return constraint
-    # llama.cpp: one grammar, the reasoning block (by token id) and then the JSON
+    return Constraint("grammar", grammar=_after_reasoning(spec, end, token_id, constraint.schema or {"type": "object"}))
+
+
+def _after_reasoning(spec: FormatSpec, end: str, token_id: Callable[[str], int | None] | None,
+                     schema: Mapping[str, Any]) -> str:
+    """A GBNF (llama.cpp) for an optional reasoning block, its markers by token id, and then JSON
+    valid against `schema`."""
     tokens = []
     for marker in (spec.reasoning_open[0], end):
         tid = token_id(marker) if token_id is not None else None
         if tid is None:
             raise GrammarError(f"format {spec.name!r}: {marker!r} is not a single token of the served tokenizer, "
-                               "so a grammar cannot leave room for the reasoning; turn thinking off")
+                               "so a grammar cannot leave room for the reasoning; turn thinking off "
+                               "(chat_template_kwargs.enable_thinking: false)")
         tokens.append(f"<[{tid}]>")
     rules = _Rules()
-    root = ValueGrammar(rules, JSON_LITERALS).value(constraint.schema or {"type": "object"}, "schema")
+    root = ValueGrammar(rules, JSON_LITERALS).value(schema, "schema")
     rules.rules["reasoning"] = f"{tokens[0]}? !{tokens[1]}* {tokens[1]} [ \\t\\n]*"
-    return Constraint("grammar", grammar=rules.text(f"reasoning? {root}"))
+    return rules.text(f"reasoning? {root}")

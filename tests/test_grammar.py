@@ -341,6 +341,40 @@ def test_forced_calls_become_a_json_call_list_where_the_engine_cannot_name_the_c
     assert g.calls
 
 
+def test_a_forced_call_list_on_llama_cpp_leaves_room_for_the_reasoning():
+    """Gemma 4 with thinking on, on llama.cpp: no grammar for its own calls, so one grammar of an
+    optional thought (its markers by token id) and then the JSON call list, held to one call when
+    parallel calls are off."""
+    ids = {"<|channel>": 100, "<channel|>": 101}.get
+    c = plan("gemma4", tools=[WEATHER, NOW], tool_choice="required", engine="llamacpp", token_id=ids,
+             response_format=None, thinking=True, parallel=False)
+    assert c.kind == "grammar" and c.calls and c.reasoning_end is None
+    think, end = token_char(100), token_char(101)
+    one = '[{"name": "get_time", "arguments": {}}]'
+    assert accepts(c.grammar, f"{think}thought\nthe time, then.{end}\n{one}")
+    assert accepts(c.grammar, one)
+    assert not accepts(c.grammar, "[]")
+    assert not accepts(c.grammar, f"{think}thought{end}" + one[:-1] + ', {"name": "get_time", "arguments": {}}]')
+    assert not accepts(c.grammar, "the time, then." + one)
+    with pytest.raises(GrammarError, match="with thinking on.*not a single token.*turn thinking off"):
+        plan("gemma4", tools=[NOW], tool_choice="required", engine="llamacpp", token_id=None, response_format=None,
+             thinking=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 4), st.one_of(st.none(), st.integers(0, 4)), st.lists(st.integers(-9, 9), max_size=6))
+def test_array_item_bounds_are_enforced(low, high, items):
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": low}
+    if high is not None:
+        schema["maxItems"] = high
+    if high is not None and high < low:
+        with pytest.raises(GrammarError, match="'maxItems' is below 'minItems'"):
+            json_schema_grammar(schema)
+        return
+    ok = low <= len(items) and (high is None or len(items) <= high)
+    assert accepts(json_schema_grammar(schema), json.dumps(items)) == ok
+
+
 def test_tools_with_a_response_format_allow_the_calls_or_the_answer():
     ids = {"<tool_call>": 151657, "</tool_call>": 151658, "<think>": 151667, "</think>": 151668}.get
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
@@ -457,18 +491,24 @@ def test_the_server_answers_400_for_a_constraint_it_cannot_express(tmp_path):
     from chatsieve.server.app import ServerConfig, create_app
 
     tok = models.tokenizer("qwen3")
-    # llama.cpp cannot stop at a token id, so thinking on needs the reasoning in the grammar: a
-    # family without a call grammar (GLM 4.7, thinking by default) cannot be forced there
-    cfg = ServerConfig(model_dir=tmp_path, format="glm47", backend_url="http://127.0.0.1:9", backend_kind="llamacpp",
-                       served_model_name="m", warm_up=False, check_engine_model=False)  # fmt: skip
-    with TestClient(create_app(cfg, tokenizer=tok), base_url="http://127.0.0.1") as http:
-        body = {"messages": [{"role": "user", "content": "hi"}], "tools": [NOW], "tool_choice": "required"}
+
+    def app(format):
+        cfg = ServerConfig(model_dir=tmp_path, format=format, backend_url="http://127.0.0.1:9",
+                           backend_kind="llamacpp", served_model_name="m", warm_up=False, check_engine_model=False)
+        return TestClient(create_app(cfg, tokenizer=tok), base_url="http://127.0.0.1")
+
+    # llama.cpp cannot stop at a token id, so thinking on needs the reasoning in the grammar, by its
+    # markers' token ids: a tokenizer without them (Gemma 4's format on Qwen's vocabulary) cannot
+    with app("gemma4") as http:
+        body = {"messages": [{"role": "user", "content": "hi"}], "tools": [NOW], "tool_choice": "required",
+                "chat_template_kwargs": {"enable_thinking": True}}
         r = http.post("/v1/chat/completions", json=body)
         assert r.status_code == 400
         err = r.json()["error"]
         assert err["param"] == "tool_choice" and err["code"] == "unsupported_constraint"
         assert "with thinking on" in err["message"] and "enable_thinking" in err["message"]
-        # a schema keyword the grammar cannot enforce, with the reasoning in front of it
+    with app("qwen3") as http:
+        # a schema keyword the grammar cannot enforce, with the reasoning (thinking by default) in front of it
         rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a"}}}
         body = {"messages": [{"role": "user", "content": "hi"}], "response_format": rf}
         r = http.post("/v1/chat/completions", json=body)

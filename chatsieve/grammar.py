@@ -592,6 +592,8 @@ def _calls_constraint(
         if end is not None and engine in TOKEN_GRAMMAR_ENGINES and spec.reasoning_open:
             try:  # llama.cpp: one grammar, the reasoning block and then the call list
                 return Constraint("grammar", grammar=_after_reasoning(spec, end, token_id, schema), calls=True)
+            except GrammarTooLarge:
+                raise
             except GrammarError as e:
                 raise GrammarError(f"{what} for format {spec.name!r} with thinking on: {own}; {e}") from None
         return Constraint("json_schema", schema=schema, calls=True, reasoning_end=end,

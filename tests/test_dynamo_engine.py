@@ -279,7 +279,7 @@ def test_launcher_keeps_dynamos_flags(dyn):
 
 
 def test_version_gate(dyn, monkeypatch):
-    monkeypatch.setattr(dyn, "_installed_version", lambda: "1.7.0")
+    monkeypatch.setattr(dyn, "installed_version", lambda *names: "1.7.0")
     with pytest.raises(ImportError, match=r"supports NVIDIA Dynamo >=1.6,<1.7 \(tested with 1.6.1\)"):
         dyn._check_interfaces()
 

@@ -71,7 +71,9 @@ from ..protocols.openai_chat import (
     parse_chat_request,
     usage,
 )
+from .versions import installed_version, release
 
+_DISTRIBUTIONS = ("ai-dynamo", "ai-dynamo-runtime")  # whose installed version the gate reads
 SUPPORTED_DYNAMO = ">=1.6,<1.7"
 TESTED_DYNAMO = "1.6.1"
 _SUPPORTED_RANGE = ((1, 6), (1, 7))
@@ -79,22 +81,10 @@ _SUPPORTED_RANGE = ((1, 6), (1, 7))
 log = logging.getLogger("chatsieve.dynamo")
 
 
-def _installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ai-dynamo")
-    except PackageNotFoundError:
-        try:
-            return version("ai-dynamo-runtime")
-        except PackageNotFoundError:
-            return "unknown"
-
-
 def _incompatible(reason: str) -> ImportError:
     return ImportError(
         f"chatsieve.integrations.dynamo supports NVIDIA Dynamo {SUPPORTED_DYNAMO} (tested with "
-        f"{TESTED_DYNAMO}); the installed ai-dynamo {_installed_version()} differs: {reason}. Install "
+        f"{TESTED_DYNAMO}); the installed ai-dynamo {installed_version(*_DISTRIBUTIONS)} differs: {reason}. Install "
         "a supported one (pip install 'ai-dynamo==1.6.1' 'ai-dynamo-runtime==1.6.1'), or run "
         "`chatsieve serve` in front of the engine instead."
     )
@@ -114,23 +104,11 @@ except ImportError as e:
     raise _incompatible(f"cannot import {e.name or e}") from e
 
 
-def _release(text: str) -> tuple[int, ...]:
-    out = []
-    for part in text.split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits:
-            break
-        out.append(int(digits))
-        if len(digits) != len(part):
-            break
-    return tuple(out)
-
-
 def _check_interfaces() -> None:
     """The version and the members this adapter relies on (checked at import)."""
-    installed = _installed_version()
+    installed = installed_version(*_DISTRIBUTIONS)
     low, high = _SUPPORTED_RANGE
-    if installed != "unknown" and not (low <= _release(installed)[:2] < high):
+    if installed != "unknown" and not (low <= release(installed)[:2] < high):
         raise _incompatible("a version this adapter was not written against")
     import dynamo.llm as llm
 

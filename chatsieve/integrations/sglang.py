@@ -58,7 +58,9 @@ from ..preparation import render_request_prompt
 from ..protocols.common import ChatRequest, RequestError, ToolCallFilter, runs
 from ..protocols.openai_chat import parse_chat_request
 from .hf_tokenizer import chatsieve_tokenizer, prompt_tail, stream_arguments_from_env
+from .versions import installed_version, release
 
+_DISTRIBUTIONS = ("sglang",)  # whose installed version the gate reads
 SUPPORTED_SGLANG = ">=0.5.23,<0.5.24"
 TESTED_SGLANG = "0.5.23"
 _SUPPORTED_RANGE = ((0, 5, 23), (0, 5, 24))
@@ -69,19 +71,10 @@ RESOLVE_TARGET = "sglang.srt.entrypoints.openai.serving_chat.OpenAIServingChat._
 log = logging.getLogger("chatsieve.sglang")
 
 
-def _installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sglang")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def _incompatible(reason: str) -> ImportError:
     return ImportError(
         f"chatsieve.integrations.sglang supports SGLang {SUPPORTED_SGLANG} (tested with {TESTED_SGLANG}); "
-        f"the installed sglang {_installed_version()} differs: {reason}. Install a supported one "
+        f"the installed sglang {installed_version(*_DISTRIBUTIONS)} differs: {reason}. Install a supported one "
         "(pip install 'sglang==0.5.23'), or run `chatsieve serve` in front of SGLang instead."
     )
 
@@ -102,18 +95,6 @@ except ImportError as e:  # SGLang missing, or its modules moved
             "chatsieve.integrations.sglang needs SGLang 0.5.23: pip install 'sglang==0.5.23'"
         ) from e
     raise _incompatible(f"cannot import {e.name or e}") from e
-
-
-def _release(text: str) -> tuple[int, ...]:
-    out = []
-    for part in text.split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits:
-            break
-        out.append(int(digits))
-        if len(digits) != len(part):
-            break
-    return tuple(out)
 
 
 # (owner, member) -> the parameters this adapter passes or receives by name
@@ -150,9 +131,9 @@ _CALLED = {
 
 def _check_interfaces() -> None:
     """The version, and the names and parameters this adapter relies on (checked at import)."""
-    installed = _installed_version()
+    installed = installed_version(*_DISTRIBUTIONS)
     low, high = _SUPPORTED_RANGE
-    if installed != "unknown" and not (low <= _release(installed)[:3] < high):
+    if installed != "unknown" and not (low <= release(installed)[:3] < high):
         raise _incompatible("a version this adapter was not written against")
     for (owner, name), params in _CALLED.items():
         member = getattr(owner, name, None)

@@ -49,6 +49,7 @@ from ..events import (
 from ..parser import StreamParser, resolve_delimiters
 from ..protocols.openai_chat import ToolCallFilter
 from .hf_tokenizer import chatsieve_tokenizer, prompt_tail, stream_arguments_from_env
+from .versions import installed_version
 
 SUPPORTED_VLLM = ">=0.33,<0.34"
 TESTED_VLLM = "0.33.0"
@@ -58,15 +59,9 @@ log = logging.getLogger("chatsieve.vllm")
 
 
 def _incompatible(reason: str) -> ImportError:
-    try:
-        from importlib.metadata import version
-
-        installed = version("vllm")
-    except Exception:
-        installed = "unknown"
     return ImportError(
         f"chatsieve.integrations.vllm supports vLLM {SUPPORTED_VLLM} (tested with {TESTED_VLLM}); "
-        f"the installed vLLM {installed} differs: {reason}. Install a supported vLLM "
+        f"the installed vLLM {installed_version('vllm')} differs: {reason}. Install a supported vLLM "
         "(pip install 'vllm>=0.33,<0.34'), or run `chatsieve serve` in front of vLLM instead."
     )
 

@@ -19,7 +19,9 @@ import pytest
 _REPO = Path(__file__).resolve().parent.parent
 
 
-def _absent(reason: str):
+def missing(reason: str):
+    """Skip with `reason` -- or fail under CI (CHATSIEVE_REQUIRE_MODELS=1), where whatever is
+    missing (a model file, an engine, an agent, a test dependency) should have been installed."""
     if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
         pytest.fail(reason)
     pytest.skip(reason)
@@ -53,7 +55,7 @@ def models_dir() -> Path:
     fetched = _fetched()
     if isinstance(fetched, Path):
         return fetched
-    _absent(
+    missing(
         "real tokenizers/templates not found: set CHATSIEVE_MODELS, place shared/models beside the "
         f"checkout, or run `python -m chatsieve.testdata fetch` (looked in: "
         f"{', '.join(map(str, candidates))}; {fetched})"
@@ -77,7 +79,7 @@ def model_path(rel: str) -> Path:
     if rel.startswith("llama.cpp/models/"):  # the registry copy's llama.cpp folder, wherever it is
         p = llama_cpp_models() / rel[len("llama.cpp/models/") :]
         if not p.exists():
-            _absent(f"missing model file {p}")
+            missing(f"missing model file {p}")
         return p
     base = models_dir()
     p = base / rel
@@ -85,7 +87,7 @@ def model_path(rel: str) -> Path:
         why = _github_only(rel)
         if why:
             pytest.skip(why)  # a documented exception, even under CI
-        _absent(f"missing model file {p}")
+        missing(f"missing model file {p}")
     if p.is_dir():
         from chatsieve.testdata import GITHUB_ONLY
 
@@ -104,7 +106,7 @@ def llama_cpp_models() -> Path:
     fetched = _fetched("llama.cpp/")
     if isinstance(fetched, Path):
         return fetched / "llama.cpp" / "models"
-    _absent(f"llama.cpp's models/ folder not found ({fetched})")
+    missing(f"llama.cpp's models/ folder not found ({fetched})")
 
 
 @functools.cache

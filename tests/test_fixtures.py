@@ -30,8 +30,10 @@ def test_fixture(case: Case) -> None:
 PLAIN = [c for c in CASES if all(not s for _, s in c.segments) and len(c.text) < 3000]
 
 
+# check_case already streams every case through 12 seeded random chunkings per argument mode;
+# this adds a few unseeded ones per run, with shrinking when one fails
 @pytest.mark.parametrize("case", PLAIN, ids=_id)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_chunking_matches_batch(case: Case, data) -> None:
     text = case.text

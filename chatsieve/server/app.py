@@ -549,8 +549,9 @@ class Generation:
 
     def _pusher(self, sink: Callable[[list[Event]], None], produced: list[int]) -> Push:
         """`Backend.generate`'s push: takes the batches `_accept` cannot stop on (ids that are
-        no stop token, no stop strings, within max_tokens and the reasoning budget, no finish)
-        and sends their filtered events to `sink`; declines the others, which `_run` reads."""
+        no stop token, no stop strings, within max_tokens and the reasoning budget; the engine's
+        last batch is never pushed) and sends their filtered events to `sink`; declines the
+        others, which `_run` reads."""
         parser, calls, accept = self.parser, self.calls, self._accept
         stop_ids = parser.stop_ids
         if parser.stop_strings:
@@ -561,7 +562,6 @@ class Generation:
             n = len(ids)
             if (
                 not n
-                or batch.finish_reason
                 or self.max_tokens is not None and self.completion_tokens + n > self.max_tokens
                 or self.reasoning_budget is not None
                 and not (self._past_reasoning or self._budget_hit)

@@ -475,8 +475,8 @@ class Backend:
 
         With `push`, batches go to `push(batch)` as they arrive, in the connection's callback (no
         task wake-up per engine event), for as long as it returns True; a batch it returns False
-        for, and every later one, is yielded here instead. The last batch, failures and the end
-        are always yielded or raised here.
+        for, and every later one, is yielded here instead. A batch with a finish reason, a
+        failure (also one `push` raised) and the end are always yielded or raised here.
 
         Closing the iterator early (client gone, local stop) closes the engine connection,
         which vLLM, SGLang and llama.cpp all treat as an abort.
@@ -589,12 +589,13 @@ class _EventReader:
 
     def pusher(self, push: Push) -> Callable[[bytes], bool]:
         """The connection callback for `Response.push_to`: read, then push; False (back to the
-        reader) at the stream's end, on a failure, or when `push` declines a batch (held)."""
+        reader) at the stream's end, on a failure, or for a batch `push` declines or that
+        finishes the generation (held for `generate` to yield)."""
 
         def pushed(raw: bytes) -> bool:
             try:
                 batch = self.feed(raw)
-                if batch is not None and not push(batch):
+                if batch is not None and (batch.finish_reason is not None or not push(batch)):
                     self.held.append(batch)
                     return False
             except BaseException as e:  # raised in the reader's task, not in the event loop's callback

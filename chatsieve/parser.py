@@ -260,6 +260,11 @@ class StreamParser:
         return self._stops is not None and bool(self._stops._stops)
 
     @property
+    def stop_ids(self) -> frozenset[int]:
+        """The token ids that end the output."""
+        return self._hot_stops
+
+    @property
     def stop_sequence(self) -> str | None:
         """The stop string that ended the output, if one did (not a stop token)."""
         reason = self._stops.stop_reason if self._stops is not None else None

@@ -252,3 +252,68 @@ def test_finished_generations_reuse_one_engine_connection(engine, qwen, answer_i
         await client.aclose()
 
     asyncio.run(go())
+
+
+def _run_pushed(kind, url, qwen, req, take, read_timeout=10.0):
+    """`Backend.generate` with a push: (how, batch) in arrival order, "pushed" for the batches
+    `take` took in the connection's callback, "yielded" for the others."""
+    seen: list[tuple[str, object]] = []
+
+    def push(batch):
+        if not take(batch):
+            return False
+        seen.append(("pushed", batch))
+        return True
+
+    async def go():
+        client = EngineHTTP(read_timeout=read_timeout)
+        try:
+            backend = Backend(kind, url, client, lambda i: qwen.decode([i], skip_special_tokens=False))
+            async for b in backend.generate(req, push):
+                seen.append(("yielded", b))
+        finally:
+            await client.aclose()
+        return seen
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("policy", ["all", "decline the third", "none"])
+def test_pushed_and_yielded_batches_together_are_the_stream(engine, qwen, answer_ids, kind, policy):
+    count = iter(range(1000))
+    take = {"all": lambda b: True, "decline the third": lambda b: next(count) != 2, "none": lambda b: False}[policy]
+    req = GenerationRequest(_prompt(qwen, "[case:slow]"), stop_token_ids=(IM_END,))
+    seen = _run_pushed(kind, engine.url, qwen, req, take)
+    assert [t for _, b in seen for t in b.token_ids] == answer_ids  # none lost, none twice, in order
+    how, last = seen[-1]
+    assert (how, last.finish_reason) == ("yielded", "stop")  # the end is never pushed
+    pushed = [how == "pushed" for how, _ in seen]
+    # paced, so the pushes came from the connection's callback; after a decline, none
+    want = {"all": len(seen) - 1, "decline the third": 2, "none": 0}[policy]
+    assert pushed == [True] * want + [False] * (len(seen) - want)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_push_that_raises_fails_the_stream_in_the_readers_task(engine, qwen, kind):
+    count = iter(range(1000))
+
+    def take(batch):
+        if next(count) == 2:
+            raise BackendError("the push failed")
+        return True
+
+    req = GenerationRequest(_prompt(qwen, "[case:slow]"), stop_token_ids=(IM_END,))
+    with pytest.raises(BackendError, match="the push failed"):
+        _run_pushed(kind, engine.url, qwen, req, take)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pushed_bytes_move_the_read_timeout_on(engine, qwen, answer_ids, kind):
+    # 50 ms between tokens, a second in all: a 0.3 s timeout counts from the last byte pushed
+    req = GenerationRequest(_prompt(qwen, "[case:slow]"), stop_token_ids=(IM_END,))
+    seen = _run_pushed(kind, engine.url, qwen, req, lambda b: True, read_timeout=0.3)
+    assert [t for _, b in seen for t in b.token_ids] == answer_ids
+    with pytest.raises(BackendError, match="timed out"):  # and a stall still times out
+        _run_pushed(kind, engine.url, qwen, GenerationRequest(_prompt(qwen, "[case:slow]")), lambda b: True,
+                    read_timeout=0.02)

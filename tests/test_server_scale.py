@@ -44,18 +44,25 @@ MODEL = "test-model"
 
 
 class FakeGeneration:
-    """What `_stream` needs of a Generation: event lists, then its outcome."""
+    """What `_stream` needs of a Generation: event lists, then its outcome. With `push`, the
+    lists go to the sink `_stream` offers (as a real Generation pushes ordinary engine events
+    from the engine connection's callback), else they are yielded."""
 
-    def __init__(self, batches, *, between=None, fail: Exception | None = None) -> None:
+    def __init__(self, batches, *, between=None, fail: Exception | None = None, push: bool = False) -> None:
         self.batches = batches
         self.between = between  # awaited after each batch is handed over
         self.fail = fail
+        self.push = push
         self.request_id = "chatcmpl-test"
         self.outcome = Outcome("stop", prompt_tokens=1, completion_tokens=len(batches))
 
-    async def events(self):
+    async def events(self, sink=None):
         for batch in self.batches:
-            yield batch
+            if self.push:
+                assert sink is not None, "_stream offers no sink"
+                sink(batch)
+            else:
+                yield batch
             if self.between is not None:
                 await self.between()
         if self.fail is not None:
@@ -110,14 +117,16 @@ def out(write, sink: str) -> _Out:
 
 
 SINKS = pytest.mark.parametrize("sink", ["send", "chunked_body"])
+PUSH = pytest.mark.parametrize("push", [False, True], ids=["yielded", "pushed"])
 
 
 def stream(gen, write, sink: str = "send") -> None:
     anyio.run(_stream, gen, encoder(), None, out(write, sink))
 
 
+@PUSH
 @SINKS
-def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once(sink):
+def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once(sink, push):
     produced_all = None
     writes: list[bytes] = []
 
@@ -131,15 +140,16 @@ def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once(sink
     batches += [[ContentDelta("c0 ")], [ContentDelta("c1 "), ContentDelta("c2")]]
 
     class Gen(FakeGeneration):
-        async def events(self):
-            async for batch in super().events():
+        async def events(self, sink=None):
+            async for batch in super().events(sink):
                 yield batch
             produced_all.set()
 
     async def main():
         nonlocal produced_all
         produced_all = anyio.Event()
-        await _stream(Gen(batches, between=lambda: anyio.sleep(0)), encoder(), None, out(write, sink))
+        gen = Gen(batches, between=lambda: anyio.sleep(0), push=push)
+        await _stream(gen, encoder(), None, out(write, sink))
 
     anyio.run(main)
     got = chunks_of(writes)
@@ -154,8 +164,9 @@ def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once(sink
     assert len(got) == 3
 
 
+@PUSH
 @SINKS
-def test_a_client_that_keeps_up_gets_every_delta_as_it_comes(sink):
+def test_a_client_that_keeps_up_gets_every_delta_as_it_comes(sink, push):
     written = None
     writes: list[bytes] = []
 
@@ -173,7 +184,7 @@ def test_a_client_that_keeps_up_gets_every_delta_as_it_comes(sink):
     async def main():
         nonlocal written
         written = anyio.Event()
-        gen = FakeGeneration([[ContentDelta(t)] for t in texts], between=wait_written)
+        gen = FakeGeneration([[ContentDelta(t)] for t in texts], between=wait_written, push=push)
         await _stream(gen, encoder(), None, out(write, sink))
 
     anyio.run(main)
@@ -209,7 +220,7 @@ def test_pings_come_while_the_engine_is_silent_and_not_while_it_streams(sink):
         writes.append(data)
 
     class Gen(FakeGeneration):
-        async def events(self):
+        async def events(self, sink=None):
             for k in range(300):  # 1.5 s or more of events, each far within the ping interval
                 yield [ContentDelta(f"{k} ")]
                 await anyio.sleep(0.005)
@@ -245,13 +256,14 @@ def test_encoded_chunks_are_the_chunk_dicts_as_json(events, include_usage):
         assert json.loads(data[6:])["object"] == "chat.completion.chunk"
 
 
-def test_a_failed_write_stops_the_engine_side_and_comes_out_as_itself():
+@PUSH
+def test_a_failed_write_stops_the_engine_side_and_comes_out_as_itself(push):
     closed = []
 
     class Gen(FakeGeneration):
-        async def events(self):
+        async def events(self, sink=None):
             try:
-                async for batch in super().events():
+                async for batch in super().events(sink):
                     yield batch
             finally:
                 closed.append(True)
@@ -261,7 +273,7 @@ def test_a_failed_write_stops_the_engine_side_and_comes_out_as_itself():
             raise OSError("the client went away")
 
     with pytest.raises(OSError, match="went away"):
-        stream(Gen([[ContentDelta("a")], [ContentDelta("b")]], between=lambda: anyio.sleep(0.05)), write)
+        stream(Gen([[ContentDelta("a")], [ContentDelta("b")]], between=lambda: anyio.sleep(0.05), push=push), write)
     assert closed == [True]  # the engine request was closed, not left running
 
 

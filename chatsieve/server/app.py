@@ -61,7 +61,7 @@ from chatsieve.protocols.common import (
     json_depth_message,
 )
 from chatsieve.protocols.openai_chat import OPENAI_CHAT
-from chatsieve.server.backends import Backend, BackendError, GenerationRequest
+from chatsieve.server.backends import Backend, BackendError, GenerationRequest, Push, TokenBatch
 from chatsieve.server.chunked_body import EXTENSION as CHUNKED_BODY
 from chatsieve.server.chunked_body import ChunkedBody
 from chatsieve.server.client import EngineHTTP
@@ -408,12 +408,18 @@ class Generation:
         self._past_reasoning = False  # content or a call came
         self._budget_hit = False
         self._engine_finish: str | None = None
+        self._started = self._last = 0.0  # when the engine request began, and its last batch came
+        self._gaps: list[float] = []  # inter-token gaps not yet in the histogram
         self.request_id = ""
         self.metrics: Metrics | None = None
 
-    async def events(self) -> AsyncIterator[list[Event]]:
+    async def events(self, sink: Callable[[list[Event]], None] | None = None) -> AsyncIterator[list[Event]]:
         """Filtered event lists as the engine produces ids; BackendError if the engine fails.
         Counted in `metrics` (when set): generations in flight, prompt and completion tokens.
+
+        With `sink`, the event lists of ordinary engine events (ids that cannot end the output,
+        in no batch the limits cut) go to `sink` instead, straight from the engine connection's
+        callback (`Backend.generate`'s push); the rest, and the end, are yielded.
 
         With `reasoning_end_id` (a constraint the engine cannot combine with reasoning), two
         engine requests make one answer: unconstrained up to the reasoning's end token, then
@@ -431,7 +437,7 @@ class Generation:
             if end_id is not None:
                 first = dataclasses.replace(self.request, constraint=None,
                                             stop_token_ids=(*self.request.stop_token_ids, end_id))
-            async for events in self._run(first, produced):
+            async for events in self._run(first, produced, sink):
                 yield events
             if self._budget_hit and end_id is None:  # the reasoning budget ran out: close it, then go on
                 produced.extend(self.budget_close_ids)
@@ -454,7 +460,7 @@ class Generation:
                     second = dataclasses.replace(
                         self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
                         max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
-                    async for events in self._run(second, produced):
+                    async for events in self._run(second, produced, sink):
                         yield events
             events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
             self.calls.finish()
@@ -466,77 +472,117 @@ class Generation:
                 m.in_flight.dec()
                 m.completion_tokens.inc(self.completion_tokens)
 
-    async def _run(self, request: GenerationRequest, produced: list[int]) -> AsyncIterator[list[Event]]:
-        """One engine request fed through the parser; its finish reason in `_engine_finish`.
-
-        This loop runs once per engine event (one token each, when the engine is paced), so what
-        it reads of `self` is read once, and the inter-token gaps go to the histogram in groups."""
+    async def _run(
+        self, request: GenerationRequest, produced: list[int], sink: Callable[[list[Event]], None] | None
+    ) -> AsyncIterator[list[Event]]:
+        """One engine request fed through the parser; its finish reason in `_engine_finish`."""
         self._engine_finish = None
-        stream = self.backend.generate(request)
-        m = self.metrics
-        gaps: list[float] = []
-        observe = m.inter_token.observe if m is not None else None
-        max_tokens, vocab_size, budget = self.max_tokens, self.vocab_size, self.reasoning_budget
-        parser, calls, feed = self.parser, self.calls, self._feed
-        last = started = time.monotonic()
+        self._last = self._started = time.monotonic()
+        accept, calls = self._accept, self.calls
+        push = None if sink is None else self._pusher(sink, produced)
+        stream = self.backend.generate(request, push)
         try:
             async for batch in stream:
-                ids, lps, over = batch.token_ids, batch.logprobs, False
-                n = len(ids)
-                if n:
-                    if observe is not None:
-                        now = time.monotonic()
-                        if not self.completion_tokens:
-                            m.ttft.observe(now - started)
-                        else:
-                            gaps.append((now - last) / n)
-                            if len(gaps) >= GAPS_PER_OBSERVATION:
-                                for gap in gaps:
-                                    observe(gap)
-                                gaps.clear()
-                        last = now
-                    if max_tokens is not None and self.completion_tokens + n > max_tokens:
-                        keep = max(max_tokens - self.completion_tokens, 0)
-                        ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
-                        n = len(ids)
-                if n and vocab_size is not None and (min(ids) < 0 or max(ids) >= vocab_size):
-                    bad = next(i for i in ids if not 0 <= i < vocab_size)
-                    raise BackendError(
-                        f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
-                        f"(0..{vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
-                    )
-                if n and budget is not None and not (self._past_reasoning or self._budget_hit):
-                    room = budget - self.reasoning_tokens
-                    if n > room:  # the budget ends in this batch: feed up to it, then see
-                        head = feed(ids[:room], lps[:room] if lps is not None else None)
-                        produced.extend(ids[:room])
-                        if head:
-                            yield calls.apply(head)
-                        if not self._past_reasoning:
-                            self._budget_hit = True
-                            break  # closing the stream cancels the engine request
-                        ids, lps = ids[room:], lps[room:] if lps is not None else None
-                        n = len(ids)
-                if n:
-                    produced.extend(ids)
-                    events = feed(ids, lps)
-                    if events:
-                        yield calls.apply(events)
-                if batch.finish_reason:
-                    self._engine_finish = batch.finish_reason
-                if over:
-                    self._engine_finish = "length"  # the engine went past max_tokens: cut here
-                    break
-                if parser.stopped and not batch.finish_reason:
-                    break  # a local stop: closing the stream cancels the engine request
+                events, stop = accept(batch, produced)
+                if events:
+                    yield calls.apply(events)
+                if stop:
+                    break  # closing the stream cancels the engine request
         except BackendError:
-            if m is not None:
-                m.engine_errors.inc()
+            if self.metrics is not None:
+                self.metrics.engine_errors.inc()
             raise
         finally:
+            self._observe_gaps()
+            await stream.aclose()
+
+    def _accept(self, batch: TokenBatch, produced: list[int]) -> tuple[list[Event], bool]:
+        """The events of one engine batch, and whether to stop reading the engine (the budget or
+        max_tokens ran out, or a local stop). This runs once per engine event (one token each,
+        when the engine is paced); the inter-token gaps go to the histogram in groups."""
+        ids, lps, over = batch.token_ids, batch.logprobs, False
+        n = len(ids)
+        events: list[Event] = []
+        if n:
+            if self.metrics is not None:
+                now = time.monotonic()
+                if not self.completion_tokens:
+                    self.metrics.ttft.observe(now - self._started)
+                else:
+                    gaps = self._gaps
+                    gaps.append((now - self._last) / n)
+                    if len(gaps) >= GAPS_PER_OBSERVATION:
+                        self._observe_gaps()
+                self._last = now
+            max_tokens = self.max_tokens
+            if max_tokens is not None and self.completion_tokens + n > max_tokens:
+                keep = max(max_tokens - self.completion_tokens, 0)
+                ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
+                n = len(ids)
+        vocab_size = self.vocab_size
+        if n and vocab_size is not None and (min(ids) < 0 or max(ids) >= vocab_size):
+            bad = next(i for i in ids if not 0 <= i < vocab_size)
+            raise BackendError(
+                f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
+                f"(0..{vocab_size - 1}): does --model-dir hold the engine's tokenizer?"
+            )
+        budget = self.reasoning_budget
+        if n and budget is not None and not (self._past_reasoning or self._budget_hit):
+            room = budget - self.reasoning_tokens
+            if n > room:  # the budget ends in this batch: feed up to it, then see
+                events = self._feed(ids[:room], lps[:room] if lps is not None else None)
+                produced.extend(ids[:room])
+                if not self._past_reasoning:
+                    self._budget_hit = True
+                    return events, True
+                ids, lps = ids[room:], lps[room:] if lps is not None else None
+                n = len(ids)
+        if n:
+            produced.extend(ids)
+            events += self._feed(ids, lps)
+        if batch.finish_reason:
+            self._engine_finish = batch.finish_reason
+        if over:
+            self._engine_finish = "length"  # the engine went past max_tokens: cut here
+            return events, True
+        return events, self.parser.stopped and not batch.finish_reason  # a local stop
+
+    def _pusher(self, sink: Callable[[list[Event]], None], produced: list[int]) -> Push:
+        """`Backend.generate`'s push: takes the batches `_accept` cannot stop on (ids that are
+        no stop token, no stop strings, within max_tokens and the reasoning budget; the engine's
+        last batch is never pushed) and sends their filtered events to `sink`; declines the
+        others, which `_run` reads."""
+        parser, calls, accept = self.parser, self.calls, self._accept
+        stop_ids = parser.stop_ids
+        if parser.stop_strings:
+            return lambda batch: False
+
+        def push(batch: TokenBatch) -> bool:
+            ids = batch.token_ids
+            n = len(ids)
+            if (
+                not n
+                or self.max_tokens is not None and self.completion_tokens + n > self.max_tokens
+                or self.reasoning_budget is not None
+                and not (self._past_reasoning or self._budget_hit)
+                and n > self.reasoning_budget - self.reasoning_tokens
+                or not stop_ids.isdisjoint(ids)
+            ):
+                return False
+            events, _ = accept(batch, produced)
+            if events:
+                sink(calls.apply(events))
+            return True
+
+        return push
+
+    def _observe_gaps(self) -> None:
+        gaps = self._gaps
+        if gaps:
+            observe = self.metrics.inter_token.observe
             for gap in gaps:
                 observe(gap)
-            await stream.aclose()
+            gaps.clear()
 
     def _feed(self, ids: list[int], lps: list | None) -> list[Event]:
         """Feed a batch of ids and count them; with stop strings, one by one, so that the tokens
@@ -967,21 +1013,26 @@ class _Out:
 
 async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder, out: _Out, ping: bool) -> None:
     """Read the engine's batches; write each straight away while the client keeps up and nothing
-    waits before it (one task, no hand-over, per engine event), else leave it to the writer."""
+    waits before it (no hand-over, and for most engine events no task wake-up either: they come
+    to `deliver` from the engine connection's callback), else leave it to the writer."""
     loop = asyncio.get_running_loop()
+
+    def deliver(batch: list[Event]) -> None:
+        if ping:
+            pending.last = loop.time()
+        if not batch:
+            return
+        if pending.busy or pending.events or not out.ready():
+            pending.put(batch)
+        else:
+            data = encoder.encode(batch)
+            if data:
+                out.put(data)
+
     try:
-        async with contextlib.aclosing(gen.events()) as events:
+        async with contextlib.aclosing(gen.events(deliver)) as events:
             async for batch in events:
-                if ping:
-                    pending.last = loop.time()
-                if not batch:
-                    continue
-                if pending.busy or pending.events or not out.ready():
-                    pending.put(batch)
-                else:
-                    data = encoder.encode(batch)
-                    if data:
-                        out.put(data)
+                deliver(batch)
     except BackendError as e:
         log.warning("%s backend failed mid-stream: %s", gen.request_id, e)
         pending.close(encoder.error(backend_failure(e, gen.request_id)))

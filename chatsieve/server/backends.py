@@ -466,17 +466,22 @@ class Backend:
     def payload(self, req: GenerationRequest) -> dict:
         return self._payload(req, self.model)
 
-    async def generate(self, req: GenerationRequest) -> AsyncIterator[TokenBatch]:
+    async def generate(self, req: GenerationRequest, push: Push | None = None) -> AsyncIterator[TokenBatch]:
         """Yield token batches until the engine finishes; raise BackendError on any failure.
 
         The events of one network read are merged into one batch (fewer, larger batches when
         the engine is ahead of us; one per event when we keep up). After the last batch the
         rest of the response is read, so that the connection goes back to the pool.
 
+        With `push`, batches go to `push(batch)` as they arrive, in the connection's callback (no
+        task wake-up per engine event), for as long as it returns True; a batch it returns False
+        for, and every later one, is yielded here instead. A batch with a finish reason, a
+        failure (also one `push` raised) and the end are always yielded or raised here.
+
         Closing the iterator early (client gone, local stop) closes the engine connection,
         which vLLM, SGLang and llama.cpp all treat as an abort.
         """
-        reader = self._reader(self.token_text)
+        events = _EventReader(self, self._reader(self.token_text))
         where = f"the {self.kind} backend at {self.url}"
         try:
             resp = await self.client.post(self.url, dumps(self.payload(req)))
@@ -489,36 +494,30 @@ class Backend:
                         f"{_body_message(body)}{hint}",
                         status=resp.status,
                     )
-                events = 0
-                sse = SseParser()
+                if push is not None:
+                    resp.push_to(events.pusher(push))
                 chunks = resp.chunks()
-                done = False
                 async for raw in chunks:
-                    batches: list[TokenBatch] = []
-                    for field, data in sse.feed(raw):
-                        events += 1
-                        done = self._read(reader, field, data, batches)
-                        if done:
-                            break
-                    if batches:
-                        yield merge(batches)
-                    if done:
+                    events.raise_failure()
+                    batch = events.feed(raw)
+                    if events.held:
+                        yield events.held.pop()
+                    if batch is not None:
+                        yield batch
+                    if events.done:
                         break
-                if not done:
-                    batches = []
-                    for field, data in sse.finish():
-                        events += 1
-                        if self._read(reader, field, data, batches):
-                            break
-                    if batches:
-                        yield merge(batches)
-                if not events:
+                if not events.done:
+                    events.raise_failure()
+                    batch = events.finish()
+                    if batch is not None:
+                        yield batch
+                if not events.count:
                     raise BackendError(
                         f"{self.kind} backend at {self.url} sent no server-sent events (is --backend-kind right?)"
                     )
-                if not reader.finished:
+                if not events.reader.finished:
                     raise BackendError(f"{self.kind} backend closed the stream before finishing")
-                if done:
+                if events.done:
                     await _drain(chunks)
         except ReadTimeout:
             raise BackendError(f"timed out waiting for {where}") from None
@@ -527,7 +526,7 @@ class Backend:
         except ClientError as e:
             raise BackendError(f"lost {where}: {e}") from None
 
-    def _read(self, reader: _Reader, field: str, data: bytes, out: list[TokenBatch]) -> bool:
+    def read_event(self, reader: _Reader, field: str, data: bytes, out: list[TokenBatch]) -> bool:
         """Add the batch in one event to `out`; True when the stream is over."""
         if field == "error":
             raise _error_line(self.kind, data.decode("utf-8", "replace"))
@@ -543,6 +542,68 @@ class Backend:
         if batch is not None and (batch.token_ids or batch.finish_reason):
             out.append(batch)
         return reader.finished and self.kind == "llamacpp"
+
+
+Push = Callable[[TokenBatch], bool]
+
+
+class _EventReader:
+    """One response's server-sent events to token batches: what `Backend.generate` reads, and
+    what it pushes from the connection's callback (`pusher`) while a consumer takes pushes."""
+
+    __slots__ = ("backend", "reader", "sse", "count", "done", "held", "failure")
+
+    def __init__(self, backend: Backend, reader: _Reader) -> None:
+        self.backend = backend
+        self.reader = reader
+        self.sse = SseParser()
+        self.count = 0  # events read
+        self.done = False  # the stream's end came ([DONE], or llama.cpp's last event)
+        self.held: list[TokenBatch] = []  # a batch the consumer gave back, for `generate` to yield
+        self.failure: BaseException | None = None  # raised in a push, for `generate` to raise
+
+    def feed(self, raw: bytes) -> TokenBatch | None:
+        """The batch in `raw` (its events merged), or None."""
+        batches: list[TokenBatch] = []
+        read = self.backend.read_event
+        for field, data in self.sse.feed(raw):
+            self.count += 1
+            if read(self.reader, field, data, batches):
+                self.done = True
+                break
+        return merge(batches) if batches else None
+
+    def finish(self) -> TokenBatch | None:
+        """The batch in an event the stream ended without a blank line after."""
+        batches: list[TokenBatch] = []
+        for field, data in self.sse.finish():
+            self.count += 1
+            if self.backend.read_event(self.reader, field, data, batches):
+                break
+        return merge(batches) if batches else None
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+
+    def pusher(self, push: Push) -> Callable[[bytes], bool]:
+        """The connection callback for `Response.push_to`: read, then push; False (back to the
+        reader) at the stream's end, on a failure, or for a batch `push` declines or that
+        finishes the generation (held for `generate` to yield)."""
+
+        def pushed(raw: bytes) -> bool:
+            try:
+                batch = self.feed(raw)
+                if batch is not None and (batch.finish_reason is not None or not push(batch)):
+                    self.held.append(batch)
+                    return False
+            except BaseException as e:  # raised in the reader's task, not in the event loop's callback
+                self.failure = e
+                return False
+            return not self.done
+
+        return pushed
 
 
 _JSON = {"content-type": "application/json"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import httptools
@@ -56,10 +56,15 @@ class _Connection(asyncio.Protocol):
         self.reading_paused = False
         self.received_any = False
         self.keep_alive = False
+        # set while a reader has handed body bytes to a callback (Response.push_to); see there
+        self.push: Callable[[bytes], bool] | None = None
+        self.pushed_back = False  # the callback gave up: the reader's next `chunks()` step looks
+        self.timeout = 0.0  # the reader's read timeout (moved on by pushed bytes too)
 
     # ---- asyncio.Protocol
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True
@@ -68,6 +73,13 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as e:
             self.error = Disconnected(f"unreadable HTTP from the engine: {e}")
             self.transport.close()
+        push = self.push
+        if push is not None and self.body and not self.complete and self.error is None:
+            self.deadline = self.loop.time() + self.timeout
+            if push(self.take()):
+                return  # handled in this callback: the reader's task sleeps on
+            self.push = None
+            self.pushed_back = True
         if self.buffered > MAX_BUFFER and not self.reading_paused:
             self.reading_paused = True
             self.transport.pause_reading()
@@ -120,6 +132,8 @@ class _Connection(asyncio.Protocol):
         self.buffered = 0
         self.head_done = self.complete = self.received_any = self.keep_alive = False
         self.error = None
+        self.push = None
+        self.pushed_back = False
 
     async def wait(self, timeout: float) -> None:
         """Until something happens on the connection; ReadTimeout after `timeout` seconds.
@@ -128,6 +142,7 @@ class _Connection(asyncio.Protocol):
         stream waits once per token when the engine is not ahead."""
         loop = asyncio.get_running_loop()
         waiter = self.waiter = loop.create_future()
+        self.timeout = timeout
         self.deadline = loop.time() + timeout
         if self.watchdog is None:
             self.watchdog = loop.call_at(self.deadline, self._check_deadline, timeout)
@@ -186,14 +201,29 @@ class Response:
         self.status = conn.status
         self.headers = conn.headers
 
+    def push_to(self, callback: Callable[[bytes], bool] | None) -> None:
+        """Hand body bytes to `callback` as they arrive, in the connection's own callback, instead
+        of waking the task reading `chunks()`: when an engine sends one event per token, that is a
+        task wake-up and a climb through the reader's generators saved per token.
+
+        `callback(data)` returns True to go on. False stops the pushing and wakes the reader, whose
+        `chunks()` then yields (b"" when nothing new came) so it can look at what the callback
+        left it. The end of the response, a failure and a disconnect are never pushed: they wake
+        the reader as usual. None stops the pushing."""
+        self._conn.push = callback
+
     async def chunks(self) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive: everything received so far, each time."""
+        """Body bytes as they arrive: everything received so far, each time (see `push_to`)."""
         conn = self._conn
         while True:
             if conn.body:
+                conn.pushed_back = False
                 yield conn.take()
                 if conn.body:
                     await asyncio.sleep(0)  # more is here: let the other streams have a turn first
+            elif conn.pushed_back:
+                conn.pushed_back = False
+                yield b""
             elif conn.complete:
                 return
             elif conn.error is not None:
@@ -215,6 +245,7 @@ class Response:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._conn.push = None
         self._pool._release(self._key, self._conn)
 
 

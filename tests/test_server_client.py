@@ -339,3 +339,62 @@ def test_a_large_buffered_body_is_handed_over_in_steps_in_order():
             assert client.idle() == 1
 
     run(go())
+
+
+def test_pushed_bytes_are_every_byte_of_a_read_however_large_and_the_end_is_read():
+    from chatsieve.server.client import STEP_BYTES
+
+    events = [b"data: %06d\n\n" % i for i in range(20000)]  # 280 kB, written at once, then a pause
+    go_on = asyncio.Event()
+
+    async def burst(n, writer):
+        whole = chunked(*events)
+        writer.write(whole[: -len(b"0\r\n\r\n")])  # the body, not its end
+        await writer.drain()
+        await go_on.wait()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async def go():
+        async with Scripted(burst) as srv:
+            client = EngineHTTP()
+            pushed: list[bytes] = []
+            async with await client.post(srv.url, b"{}") as resp:
+                resp.push_to(lambda data: pushed.append(data) or True)
+                await asyncio.sleep(0.3)  # the burst arrives; the end does not
+                assert b"".join(pushed).endswith(events[-1])  # none of it left for the next read
+                assert max(map(len, pushed)) <= STEP_BYTES + len(events[0])
+                go_on.set()
+                rest = [p async for p in resp.chunks()]  # the end comes to the reader
+            assert b"".join(pushed + rest) == b"".join(events)
+            assert client.idle() == 1
+
+    run(go())
+
+
+def test_a_push_that_gives_up_hands_the_rest_to_the_reader():
+    events = [b"data: %d\n\n" % i for i in range(6)]
+
+    async def paced(n, writer):
+        writer.write(chunked()[: -len(b"0\r\n\r\n")])  # the head
+        await asyncio.sleep(0.05)
+        for e in events:  # one event per write
+            writer.write(b"%x\r\n%s\r\n" % (len(e), e))
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+    async def go():
+        async with Scripted(paced) as srv:
+            client = EngineHTTP()
+            pushed: list[bytes] = []
+            async with await client.post(srv.url, b"{}") as resp:
+                resp.push_to(lambda data: pushed.append(data) or len(pushed) < 3)
+                read = [p async for p in resp.chunks()]
+            assert b"".join(pushed) == b"".join(events[:3])  # the third was pushed, then it gave up
+            assert b"".join(read) == b"".join(events[3:]) and b"" in read  # its wake-up: b"", then the rest
+
+    run(go())

@@ -76,10 +76,13 @@ class _Connection(asyncio.Protocol):
         push = self.push
         if push is not None and self.body and not self.complete and self.error is None:
             self.deadline = self.loop.time() + self.timeout
-            if push(self.take()):
+            while self.body:  # (`take` hands over at most STEP_BYTES at a time)
+                if not push(self.take()):
+                    self.push = None
+                    self.pushed_back = True
+                    break
+            else:
                 return  # handled in this callback: the reader's task sleeps on
-            self.push = None
-            self.pushed_back = True
         if self.buffered > MAX_BUFFER and not self.reading_paused:
             self.reading_paused = True
             self.transport.pause_reading()

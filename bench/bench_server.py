@@ -654,24 +654,16 @@ def main() -> None:
             return check
 
         engine_body = json.dumps({"prompt": [1, 2, 3], "stream": True}).encode()
-        if not args.no_ceiling:
+        def each_stream_count(target, workers, port, path, body, check, cpu_pid) -> None:
             for n in streams:
                 rows.append(
-                    measure(
-                        "engine direct",
-                        "—",
-                        n,
-                        max(args.requests, n),
-                        engine_port,
-                        "/v1/completions",
-                        engine_body,
-                        check_engine,
-                        None,
-                        engine_port,
-                        len(ids),
-                    )
+                    measure(target, workers, n, max(args.requests, n), port, path, body, check, cpu_pid,
+                            engine_port, len(ids))
                 )
                 print_rows(rows[-1:], header=len(rows) == 1)
+
+        if not args.no_ceiling:
+            each_stream_count("engine direct", "—", engine_port, "/v1/completions", engine_body, check_engine, None)
         chat_body = json.dumps(
             {
                 "model": MODEL,
@@ -738,23 +730,7 @@ def main() -> None:
                 for target, path, body, check in routes.values():
                     # one request to warm up each worker's connection pool and caches
                     asyncio.run(load(port, path, body, w, w))
-                    for n in streams:
-                        rows.append(
-                            measure(
-                                target,
-                                w,
-                                n,
-                                max(args.requests, n),
-                                port,
-                                path,
-                                body,
-                                check,
-                                server.pid,
-                                engine_port,
-                                len(ids),
-                            )
-                        )
-                        print_rows(rows[-1:], header=len(rows) == 1)
+                    each_stream_count(target, w, port, path, body, check, server.pid)
             finally:
                 stop(server, interrupt=bool(profile))
     finally:

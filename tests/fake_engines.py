@@ -386,8 +386,8 @@ def payload_constraint(path: str, payload: dict) -> tuple[str | None, object]:
 
 
 class ServerThread:
-    """Runs an ASGI app with uvicorn on 127.0.0.1:0 in a thread; `.url` once entered; `options`
-    override the uvicorn settings. The HTTP protocol is the one `chatsieve serve` runs (uvicorn's
+    """Runs an ASGI app with uvicorn on 127.0.0.1:0 in a thread; `.url` and `.port` once entered;
+    `options` override the uvicorn settings (`chatsieve.server.uvicorn_options` gives serve's own). The HTTP protocol is the one `chatsieve serve` runs (uvicorn's
     h11, bounded, streamed bodies written past h11); `http="h11"` is uvicorn's own."""
 
     def __init__(self, app, *, lifespan: str = "on", **options) -> None:
@@ -407,6 +407,7 @@ class ServerThread:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = ""
+        self.port = 0
 
     def __enter__(self) -> ServerThread:
         self.thread.start()
@@ -415,8 +416,8 @@ class ServerThread:
             if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError("test server failed to start")
             time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         return self
 
     def __exit__(self, *exc: object) -> None:

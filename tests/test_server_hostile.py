@@ -13,7 +13,6 @@ import time
 
 import httpx
 import pytest
-import uvicorn
 from fake_engines import FakeEngine, Script, ServerThread
 from models import model_path
 
@@ -209,20 +208,8 @@ def real_server(engine_url: str, tok, *extra: str):
     """The server as `chatsieve serve` runs it: its uvicorn options (the guarded, strict h11)."""
     args = build_parser().parse_args(
         ["--model-dir", "m", "--format", "qwen3", "--backend", engine_url, *extra])
-    app = create_app(config(engine_url), tokenizer=tok)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
-                                           loop="asyncio", ws="none", **uvicorn_options(args)))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    try:
-        yield server.servers[0].sockets[0].getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with ServerThread(create_app(config(engine_url), tokenizer=tok), **uvicorn_options(args)) as server:
+        yield server.port
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
+from fake_engines import ServerThread
 from models import model_path
 
 import chatsieve
@@ -29,20 +28,8 @@ def serve(extra_args: list[str]):
     cfg = ServerConfig(model_dir=model_path("qwen3"), format="qwen3", backend_url="http://127.0.0.1:9",
                        served_model_name="m", warm_up=False)
     app = create_app(cfg, tokenizer=chatsieve.load_tokenizer(model_path("qwen3")))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on",
-                                           loop="asyncio", ws="none", **uvicorn_options(args)))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield server, port
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with ServerThread(app, **uvicorn_options(args)) as server:
+        yield server.server, server.port
 
 
 def half_open(port: int, n: int) -> list[socket.socket]:

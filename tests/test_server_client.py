@@ -130,10 +130,31 @@ class Scripted:
             writer.close()
 
 
+LAST_CHUNK = b"0\r\n\r\n"
+
+
 def chunked(*events: bytes, close: bool = False) -> bytes:
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
     head += b"connection: close\r\n\r\n" if close else b"\r\n"
-    return head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + LAST_CHUNK
+
+
+def unended(*events: bytes) -> bytes:
+    """The head and `events` of a chunked response, without its last chunk."""
+    return chunked(*events)[: -len(LAST_CHUNK)]
+
+
+async def pushed_and_read(script, push) -> tuple[list[bytes], list[bytes]]:
+    """One response of `script`: the bytes pushed to `push` (each kept, then `push(data)` says
+    whether to go on) and those `chunks()` read after."""
+    async with Scripted(script) as srv:
+        client = EngineHTTP()
+        pushed: list[bytes] = []
+        async with await client.post(srv.url, b"{}") as resp:
+            resp.push_to(lambda data: pushed.append(data) or push(pushed))
+            read = [p async for p in resp.chunks()]
+        assert client.idle() == 1
+        return pushed, read
 
 
 async def stream_ok(n: int, writer) -> bool:
@@ -345,56 +366,46 @@ def test_pushed_bytes_are_every_byte_of_a_read_however_large_and_the_end_is_read
     from chatsieve.server.client import STEP_BYTES
 
     events = [b"data: %06d\n\n" % i for i in range(20000)]  # 280 kB, written at once, then a pause
-    go_on = asyncio.Event()
+    pushed_before_the_end: list[int] = []
 
     async def burst(n, writer):
-        whole = chunked(*events)
-        writer.write(whole[: -len(b"0\r\n\r\n")])  # the body, not its end
+        writer.write(unended(*events))
         await writer.drain()
-        await go_on.wait()
-        writer.write(b"0\r\n\r\n")
+        await asyncio.sleep(0.3)  # the burst arrives; the end does not
+        pushed_before_the_end.append(len(pushed_so_far))
+        writer.write(LAST_CHUNK)
         await writer.drain()
         return True
 
-    async def go():
-        async with Scripted(burst) as srv:
-            client = EngineHTTP()
-            pushed: list[bytes] = []
-            async with await client.post(srv.url, b"{}") as resp:
-                resp.push_to(lambda data: pushed.append(data) or True)
-                await asyncio.sleep(0.3)  # the burst arrives; the end does not
-                assert b"".join(pushed).endswith(events[-1])  # none of it left for the next read
-                assert max(map(len, pushed)) <= STEP_BYTES + len(events[0])
-                go_on.set()
-                rest = [p async for p in resp.chunks()]  # the end comes to the reader
-            assert b"".join(pushed + rest) == b"".join(events)
-            assert client.idle() == 1
+    pushed_so_far: list[bytes] = []
 
-    run(go())
+    def push(pushed: list[bytes]) -> bool:
+        pushed_so_far[:] = pushed
+        return True
+
+    pushed, read = run(pushed_and_read(burst, push))
+    # what came with the head the reader took at once; the rest of the burst was pushed, all of
+    # it before the end was sent (none left for a later read), and the end came to the reader
+    assert b"".join(pushed[: pushed_before_the_end[0]]).endswith(events[-1])
+    assert pushed_before_the_end[0] == len(pushed) > 1
+    assert b"".join(read) + b"".join(pushed) == b"".join(events)
+    assert max(map(len, pushed)) <= STEP_BYTES + len(events[0])
 
 
 def test_a_push_that_gives_up_hands_the_rest_to_the_reader():
     events = [b"data: %d\n\n" % i for i in range(6)]
 
     async def paced(n, writer):
-        writer.write(chunked()[: -len(b"0\r\n\r\n")])  # the head
+        writer.write(unended())  # the head
         await asyncio.sleep(0.05)
         for e in events:  # one event per write
             writer.write(b"%x\r\n%s\r\n" % (len(e), e))
             await writer.drain()
             await asyncio.sleep(0.02)
-        writer.write(b"0\r\n\r\n")
+        writer.write(LAST_CHUNK)
         await writer.drain()
         return True
 
-    async def go():
-        async with Scripted(paced) as srv:
-            client = EngineHTTP()
-            pushed: list[bytes] = []
-            async with await client.post(srv.url, b"{}") as resp:
-                resp.push_to(lambda data: pushed.append(data) or len(pushed) < 3)
-                read = [p async for p in resp.chunks()]
-            assert b"".join(pushed) == b"".join(events[:3])  # the third was pushed, then it gave up
-            assert b"".join(read) == b"".join(events[3:]) and b"" in read  # its wake-up: b"", then the rest
-
-    run(go())
+    pushed, read = run(pushed_and_read(paced, lambda pushed: len(pushed) < 3))
+    assert b"".join(pushed) == b"".join(events[:3])  # the third was pushed, then it gave up
+    assert b"".join(read) == b"".join(events[3:]) and b"" in read  # its wake-up: b"", then the rest

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +75,7 @@ class FakeEngine:
         self.outcomes: dict[str, str] = {}  # script key -> "complete" | "cancelled"
         self._outcome_events: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
+        self.url = ""  # while `serving`
         self.app = Starlette(
             routes=[
                 Route("/v1/completions", self._vllm, methods=["POST"]),
@@ -85,6 +86,13 @@ class FakeEngine:
         )
         self.healthy = True  # what GET /health answers: 200, or 503 when False
 
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[FakeEngine]:
+        """This engine on loopback for the block (`ServerThread`), `.url` set."""
+        with ServerThread(self.app) as server:
+            self.url = server.url
+            yield self
     def outcome(self, key: str, timeout: float = 20.0) -> str | None:
         """Wait for the request playing `key` to end; "complete", "cancelled" or None."""
         with self._lock:

@@ -13,7 +13,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 tokenizers = pytest.importorskip("tokenizers")
 
-from fake_engines import FakeEngine, Script, ServerThread, fake_logprob, fake_top  # noqa: E402
+from fake_engines import FakeEngine, Script, fake_logprob, fake_top  # noqa: E402
 from models import model_path  # noqa: E402
 
 from chatsieve.server.backends import (  # noqa: E402
@@ -59,9 +59,7 @@ def engine(qwen, answer_ids):
         "[case:error]": Script(answer_ids, batch=2, fail="error_event"),
         "[case:junk-after-stop]": Script(answer_ids + qwen.encode("JUNK").ids, batch=2),
     }
-    fake = FakeEngine(decode, scripts)
-    with ServerThread(fake.app) as server:
-        fake.url = server.url
+    with FakeEngine(decode, scripts).serving() as fake:
         yield fake
 
 

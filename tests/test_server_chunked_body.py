@@ -38,9 +38,7 @@ def engine(tok):
         "[paced]": Script(enc("The answer is 42, and then some more words.<|im_end|>"), delay=0.01),
         "[long]": Script(enc(LONG + "<|im_end|>")),  # flat out: more than a socket buffer holds
     }
-    engine = FakeEngine(tok.decode, scripts)
-    with ServerThread(engine.app) as server:
-        engine.url = server.url
+    with FakeEngine(tok.decode, scripts).serving() as engine:
         yield engine
 
 

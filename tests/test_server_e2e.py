@@ -184,9 +184,7 @@ def qwen_engine(qwen_tok, qwen_ids):
     }
     for i in range(50):
         scripts[f"[req:{i}]"] = Script(qwen_ids[f"req{i}"], batch=1 + i % 4)
-    engine = FakeEngine(qwen_tok.decode, scripts)
-    with ServerThread(engine.app) as server:
-        engine.url = server.url
+    with FakeEngine(qwen_tok.decode, scripts).serving() as engine:
         yield engine
 
 
@@ -198,9 +196,7 @@ def gemma_engine(gemma_tok, gemma_ids):
         "[g:echo]": Script(gemma_ids["echo"], batch=2),
         "[g:emoji]": Script(gemma_ids["emoji"], batch=2),
     }
-    engine = FakeEngine(gemma_tok.decode, scripts)
-    with ServerThread(engine.app) as server:
-        engine.url = server.url
+    with FakeEngine(gemma_tok.decode, scripts).serving() as engine:
         yield engine
 
 

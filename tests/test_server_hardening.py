@@ -56,9 +56,7 @@ def engine(tok):
         "[h:beyond]": Script(enc("Fine so far") + [vocab + 7] + enc("<|im_end|>")),
     }
     # the engine's own "text" field skips what it cannot decode; the ids go out as they are
-    engine = FakeEngine(lambda ids: tok.decode([i for i in ids if 0 <= i < vocab]), scripts)
-    with ServerThread(engine.app) as server:
-        engine.url = server.url
+    with FakeEngine(lambda ids: tok.decode([i for i in ids if 0 <= i < vocab]), scripts).serving() as engine:
         yield engine
 
 

@@ -49,9 +49,7 @@ def engine(tok, vocab):
         # the last id of the vocabulary: the fake engine's alternatives are id+1, id+2 (beyond it)
         "[edge]": Script([*enc("Edge"), vocab - 1, *enc("<|im_end|>")]),
     }
-    engine = FakeEngine(lambda ids: tok.decode([i for i in ids if 0 <= i < vocab]), scripts)
-    with ServerThread(engine.app) as server:
-        engine.url = server.url
+    with FakeEngine(lambda ids: tok.decode([i for i in ids if 0 <= i < vocab]), scripts).serving() as engine:
         yield engine
 
 

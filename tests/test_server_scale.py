@@ -20,7 +20,7 @@ pytest.importorskip("tokenizers")
 httpx = pytest.importorskip("httpx")
 anyio = pytest.importorskip("anyio")
 
-from fake_engines import FakeEngine, Script, ServerThread, serve_process  # noqa: E402
+from fake_engines import FakeEngine, Script, serve_process  # noqa: E402
 from models import model_path  # noqa: E402
 
 import chatsieve  # noqa: E402
@@ -288,9 +288,7 @@ def qwen_tok():
 @pytest.fixture(scope="module")
 def engine(qwen_tok):
     ids = qwen_tok.encode("Fine, thanks.<|im_end|>")
-    fake = FakeEngine(qwen_tok.decode, {"[ka]": Script(ids, batch=2)})
-    with ServerThread(fake.app) as server:
-        fake.url = server.url
+    with FakeEngine(qwen_tok.decode, {"[ka]": Script(ids, batch=2)}).serving() as fake:
         yield fake
 
 

@@ -190,6 +190,64 @@ def engine_main(port: int, ids_file: str, step_ms: float) -> None:
     asyncio.run(StandIn(engine_events(ids, tok.decode), step_ms / 1000).run(port))
 
 
+# ---------------------------------------------------------------- the floor: a bare relay
+
+
+class RelayUp(asyncio.Protocol):
+    """A client's connection to the bare relay: its bytes go to the engine unread, and back."""
+
+    def __init__(self, engine_port: int) -> None:
+        self.engine_port = engine_port
+        self.down: asyncio.Transport | None = None  # towards the engine, once connected
+        self.early: list[bytes] = []  # what the client sent before that
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.down, _ = await loop.create_connection(lambda: RelayDown(self.transport), "127.0.0.1", self.engine_port)
+        for data in self.early:
+            self.down.write(data)
+        self.early.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self.down is None:
+            self.early.append(data)
+        else:
+            self.down.write(data)
+
+    def connection_lost(self, exc) -> None:
+        if self.down is not None:
+            self.down.close()
+
+
+class RelayDown(asyncio.Protocol):
+    def __init__(self, up: asyncio.Transport) -> None:
+        self.up = up
+
+    def data_received(self, data: bytes) -> None:
+        self.up.write(data)
+
+    def connection_lost(self, exc) -> None:
+        self.up.close()
+
+
+def relay_main(port: int, engine_port: int) -> None:
+    """What any server in chatsieve's place pays before doing anything: every byte between the
+    client and the engine copied through one uvloop process, nothing parsed."""
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: RelayUp(engine_port), "127.0.0.1", port, backlog=4096)
+        async with server:
+            await server.serve_forever()
+
+    loop_policy()
+    asyncio.run(run())
+
+
 # ---------------------------------------------------------------- client
 
 
@@ -583,6 +641,12 @@ def main() -> None:
     )
     ap.add_argument("--quick", action="store_true", help="500-token answers, streams 1 and 32")
     ap.add_argument("--no-ceiling", action="store_true", help="skip the direct-to-engine runs")
+    ap.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="skip the bare relay's runs (a uvloop process copying bytes between client and engine: "
+        "the CPU any server in chatsieve's place pays before parsing anything)",
+    )
     ap.add_argument("--serve-arg", action="append", default=[], help="extra argument for chatsieve serve")
     ap.add_argument(
         "--profile",
@@ -664,6 +728,17 @@ def main() -> None:
 
         if not args.no_ceiling:
             each_stream_count("engine direct", "—", engine_port, "/v1/completions", engine_body, check_engine, None)
+        if not args.no_floor:
+            relay_port = free_port()
+            relay = subprocess.Popen([sys.executable, __file__, "--relay", str(relay_port), str(engine_port)],
+                                     env=env, cwd=ROOT)
+            try:
+                wait_up(relay_port, relay, "/stats")
+                asyncio.run(load(relay_port, "/v1/completions", engine_body, 1, 1))
+                each_stream_count("bare relay (floor)", "—", relay_port, "/v1/completions", engine_body,
+                                  check_engine, relay.pid)
+            finally:
+                stop(relay)
         chat_body = json.dumps(
             {
                 "model": MODEL,
@@ -743,5 +818,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--engine":
         engine_main(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "--relay":
+        relay_main(int(sys.argv[2]), int(sys.argv[3]))
     else:
         main()

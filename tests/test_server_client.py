@@ -4,6 +4,7 @@ scripted HTTP server on loopback."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 pytest.importorskip("httptools")
 
 from chatsieve.events import TokenLogprob  # noqa: E402
-from chatsieve.server.backends import SseParser, TokenBatch, merge  # noqa: E402
+from chatsieve.server.backends import Backend, SseParser, TokenBatch, VllmReader, _EventReader, merge  # noqa: E402
 from chatsieve.server.client import ConnectFailed, Disconnected, EngineHTTP, ReadTimeout  # noqa: E402
 
 # ---------------------------------------------------------------- SSE parsing
@@ -73,6 +74,46 @@ def test_sse_parser_data_fields():
     assert p.feed(b"data: half") == []
     assert p.feed(b"\n") == []
     assert p.finish() == [("data", b"half")]
+
+
+def vllm_event(ids: list[int]) -> bytes:
+    choice = {"index": 0, "text": "", "token_ids": ids, "logprobs": None, "finish_reason": None}
+    return json.dumps({"choices": [choice]}, separators=(",", ":")).encode()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    events=st.lists(st.lists(st.integers(0, 99), min_size=1, max_size=3), min_size=1, max_size=8),
+    newline=st.sampled_from([b"\n", b"\r\n"]),
+    done=st.booleans(),
+    cuts=st.lists(st.integers(0, 800), max_size=10),
+    at_events=st.booleans(),
+)
+def test_event_reader_reads_the_same_ids_from_whole_events_and_from_any_cut(events, newline, done, cuts, at_events):
+    """A read holding exactly one one-line event takes a shortcut past SseParser; reads cut at
+    event boundaries (the paced engine's case) or anywhere give the ids, event count and end
+    of one read of everything."""
+    blocks = [b"data: " + vllm_event(ids) + newline * 2 for ids in events]
+    blocks += [b"data: [DONE]" + newline * 2] if done else []
+    data = b"".join(blocks)
+    if at_events:  # one read per event, the shortcut's case (\r\n line ends must not take it)
+        cuts = [sum(len(b) for b in blocks[: i + 1]) for i in range(len(blocks))] + cuts
+    cuts = sorted({c for c in cuts if 0 < c < len(data)}) + [len(data)]
+
+    def read(pieces: list[bytes]) -> tuple[list[int], int, bool]:
+        reader = _EventReader(Backend("vllm", "http://127.0.0.1:1", None, str), VllmReader(str))
+        ids: list[int] = []
+        for piece in pieces:
+            batch = reader.feed(piece)
+            if batch is not None:
+                ids += batch.token_ids
+            if reader.done:
+                break
+        return ids, reader.count, reader.done
+
+    whole = read([data])
+    assert whole == ([i for ids in events for i in ids], len(blocks), done)
+    assert read([data[a:b] for a, b in zip([0, *cuts], cuts)]) == whole
 
 
 def test_merge_joins_ids_logprobs_and_keeps_the_last_finish_reason():

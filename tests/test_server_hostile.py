@@ -14,12 +14,15 @@ import time
 import httpx
 import pytest
 from fake_engines import FakeEngine, Script, ServerThread
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from models import model_path
 
 import chatsieve
 from chatsieve.protocols.openai_chat import RequestError, parse_chat_request
 from chatsieve.server import build_parser, serve_main, uvicorn_options
 from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.metrics import _GAP_BUCKETS, Metrics
 from chatsieve.server.security import SecurityMiddleware, SecurityPolicy
 
 MODEL = "hostile-model"
@@ -418,6 +421,27 @@ def test_metrics_in_prometheus_format_behind_the_key(engine, tok):
     assert samples[("chatsieve_inter_token_latency_seconds_count", ())] > 0
     assert samples[("chatsieve_in_flight_generations", ())] == 0
     assert samples[("chatsieve_engine_errors_total", ())] == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_GAP_BUCKETS), st.floats(0, 100, allow_nan=False)), max_size=40))
+def test_the_inter_token_histogram_exposes_what_prometheus_clients_histogram_does(values):
+    """CheapHistogram (observed once per engine event) against prometheus_client's own Histogram:
+    the same buckets (a value on a bound inside it), count and sum, in the same text."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    ours = Metrics()
+    registry = CollectorRegistry()
+    theirs = Histogram(ours.inter_token.name, ours.inter_token.documentation, buckets=_GAP_BUCKETS,
+                       registry=registry)
+    for v in values:
+        ours.inter_token.observe(v)
+        theirs.observe(v)
+
+    def lines(text: bytes) -> list[str]:
+        return [x for x in text.decode().splitlines() if "inter_token" in x and "_created" not in x]
+
+    assert lines(ours.exposition()) == lines(generate_latest(registry))
 
 
 def test_the_json_call_list_fallback_is_bounded_too(server, monkeypatch):

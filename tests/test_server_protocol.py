@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chatsieve.events import (
     ContentDelta,
@@ -276,3 +278,23 @@ def test_chat_completion_shape():
 def test_sse_framing():
     assert sse("[DONE]") == b"data: [DONE]\n\n"
     assert sse({"a": "é"}) == 'data: {"a":"é"}\n\n'.encode()
+
+
+_any_lp = st.builds(TokenLogprob, st.integers(0, 9), st.text(max_size=2), st.floats(-5, 0), st.just(()))
+_event = st.one_of(
+    st.builds(ContentDelta, st.text(max_size=3), st.none() | st.tuples(_any_lp)),
+    st.builds(ReasoningDelta, st.text(max_size=3), st.none() | st.tuples(_any_lp)),
+    st.builds(ToolCallStart, st.integers(0, 2), st.just("call_1"), st.just("f")),
+    st.builds(ToolCallArgsDelta, st.integers(0, 2), st.text(max_size=3)),
+    st.builds(ToolCallEnd, st.integers(0, 2)),
+)
+
+
+@given(st.lists(_event, max_size=6))
+def test_runs_of_one_text_delta_are_what_the_general_join_gives(events):
+    """`runs` answers a one-delta list (a paced stream's usual event) without its generator: the
+    same runs as the general join, for every event kind, with and without logprobs."""
+    from chatsieve.protocols.common import _runs, runs
+
+    assert list(runs(events)) == list(_runs(events))
+    assert list(runs(events[:1])) == list(_runs(events[:1]))

@@ -29,7 +29,7 @@ Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -366,6 +366,15 @@ def runs(events: Iterable[Event]) -> Iterable[tuple[Any, Any, list[TokenLogprob]
     """Adjacent deltas of one kind joined: ("content" | "reasoning", text, logprobs),
     (call index, arguments text, []), or ("start", ToolCallStart, []). Empty text is skipped;
     ToolCallEnd and Dropped have no wire form."""
+    if type(events) is list and len(events) == 1:  # one text delta, a paced stream's usual event
+        e = events[0]
+        t = type(e)
+        if (t is ContentDelta or t is ReasoningDelta) and e.text:
+            return (("content" if t is ContentDelta else "reasoning", e.text, list(e.logprobs or ())),)
+    return _runs(events)
+
+
+def _runs(events: Iterable[Event]) -> Iterator[tuple[Any, Any, list[TokenLogprob]]]:
     kind: Any = None
     texts: list[str] = []
     lps: list[TokenLogprob] = []

@@ -147,9 +147,6 @@ class ServerConfig:
 # A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
 # the renderings, encodings and copies it used are many times the request's size.
 TRIM_AFTER_TOKENS = 50_000
-# Inter-token gaps are kept and put in the histogram this many at a time (and at the end of each
-# engine request): a /metrics scrape may miss a stream's last few, never one that has ended.
-GAPS_PER_OBSERVATION = 32
 
 
 @functools.cache
@@ -409,7 +406,6 @@ class Generation:
         self._budget_hit = False
         self._engine_finish: str | None = None
         self._started = self._last = 0.0  # when the engine request began, and its last batch came
-        self._gaps: list[float] = []  # inter-token gaps not yet in the histogram
         self.request_id = ""
         self.metrics: Metrics | None = None
 
@@ -483,23 +479,22 @@ class Generation:
         stream = self.backend.generate(request, push)
         try:
             async for batch in stream:
-                events, stop = accept(batch, produced)
+                events, cut = accept(batch, produced)
                 if events:
                     yield calls.apply(events)
-                if stop:
+                if cut or self.parser.stopped and not batch.finish_reason:  # or a local stop
                     break  # closing the stream cancels the engine request
         except BackendError:
             if self.metrics is not None:
                 self.metrics.engine_errors.inc()
             raise
         finally:
-            self._observe_gaps()
             await stream.aclose()
 
     def _accept(self, batch: TokenBatch, produced: list[int]) -> tuple[list[Event], bool]:
-        """The events of one engine batch, and whether to stop reading the engine (the budget or
-        max_tokens ran out, or a local stop). This runs once per engine event (one token each,
-        when the engine is paced); the inter-token gaps go to the histogram in groups."""
+        """The events of one engine batch, and whether the budget or max_tokens cut it (reading
+        the engine stops there). This runs once per engine event (one token each, when the
+        engine is paced)."""
         ids, lps, over = batch.token_ids, batch.logprobs, False
         n = len(ids)
         events: list[Event] = []
@@ -509,10 +504,7 @@ class Generation:
                 if not self.completion_tokens:
                     self.metrics.ttft.observe(now - self._started)
                 else:
-                    gaps = self._gaps
-                    gaps.append((now - self._last) / n)
-                    if len(gaps) >= GAPS_PER_OBSERVATION:
-                        self._observe_gaps()
+                    self.metrics.inter_token.observe((now - self._last) / n)
                 self._last = now
             max_tokens = self.max_tokens
             if max_tokens is not None and self.completion_tokens + n > max_tokens:
@@ -520,7 +512,9 @@ class Generation:
                 ids, lps, over = ids[:keep], lps[:keep] if lps is not None else None, True
                 n = len(ids)
         vocab_size = self.vocab_size
-        if n and vocab_size is not None and (min(ids) < 0 or max(ids) >= vocab_size):
+        if n and vocab_size is not None and not (
+            0 <= ids[0] < vocab_size if n == 1 else min(ids) >= 0 and max(ids) < vocab_size
+        ):
             bad = next(i for i in ids if not 0 <= i < vocab_size)
             raise BackendError(
                 f"the engine sent token id {bad}, outside the tokenizer's vocabulary "
@@ -544,8 +538,7 @@ class Generation:
             self._engine_finish = batch.finish_reason
         if over:
             self._engine_finish = "length"  # the engine went past max_tokens: cut here
-            return events, True
-        return events, self.parser.stopped and not batch.finish_reason  # a local stop
+        return events, over
 
     def _pusher(self, sink: Callable[[list[Event]], None], produced: list[int]) -> Push:
         """`Backend.generate`'s push: takes the batches `_accept` cannot stop on (ids that are
@@ -575,14 +568,6 @@ class Generation:
             return True
 
         return push
-
-    def _observe_gaps(self) -> None:
-        gaps = self._gaps
-        if gaps:
-            observe = self.metrics.inter_token.observe
-            for gap in gaps:
-                observe(gap)
-            gaps.clear()
 
     def _feed(self, ids: list[int], lps: list | None) -> list[Event]:
         """Feed a batch of ids and count them; with stop strings, one by one, so that the tokens
@@ -993,15 +978,6 @@ class _Out:
         self.send_body = send_body
         self.body = body
 
-    def ready(self) -> bool:
-        """Whether `put` may write now, without waiting for the client."""
-        body = self.body
-        return body is not None and body.ready
-
-    def put(self, data: bytes) -> None:
-        assert self.body is not None
-        self.body.write(data)
-
     async def write(self, data: bytes) -> None:
         body = self.body
         if body is None:
@@ -1016,18 +992,19 @@ async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder, o
     waits before it (no hand-over, and for most engine events no task wake-up either: they come
     to `deliver` from the engine connection's callback), else leave it to the writer."""
     loop = asyncio.get_running_loop()
+    body = out.body  # written to here only where the server offers the transport
 
     def deliver(batch: list[Event]) -> None:
         if ping:
             pending.last = loop.time()
         if not batch:
             return
-        if pending.busy or pending.events or not out.ready():
+        if pending.busy or pending.events or body is None or not body.ready:
             pending.put(batch)
         else:
             data = encoder.encode(batch)
             if data:
-                out.put(data)
+                body.write(data)
 
     try:
         async with contextlib.aclosing(gen.events(deliver)) as events:

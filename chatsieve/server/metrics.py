@@ -6,10 +6,14 @@ to first token and inter-token latency, engine errors, refused requests by reaso
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.utils import INF, floatToGoString
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics", "MetricsMiddleware"]
@@ -31,9 +35,9 @@ class Metrics:
                                          registry=r)
         self.ttft = Histogram("chatsieve_time_to_first_token_seconds",
                               "from the engine request to its first token", buckets=_LATENCY_BUCKETS, registry=r)
-        self.inter_token = Histogram("chatsieve_inter_token_latency_seconds",
-                                     "between two batches of tokens from the engine, per token",
-                                     buckets=_GAP_BUCKETS, registry=r)
+        self.inter_token = CheapHistogram("chatsieve_inter_token_latency_seconds",
+                                          "between two batches of tokens from the engine, per token",
+                                          _GAP_BUCKETS, r)
         self.engine_errors = Counter("chatsieve_engine_errors", "generations the engine failed or garbled",
                                      registry=r)
         self.refused = Counter("chatsieve_refused_requests", "requests refused, by reason (the error code)",
@@ -43,6 +47,34 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class CheapHistogram:
+    """A Prometheus histogram for a value observed once per engine event: `observe` is one bisect
+    and two additions (prometheus_client's Histogram takes a lock and two counter updates per
+    observation, a tenth of a paced stream's per-event work). Observed from the event loop's
+    thread only; exposed through the registry as a custom collector, in the same text form."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...], registry: CollectorRegistry):
+        self.name, self.documentation = name, documentation
+        self.bounds = buckets
+        self.counts = [0] * (len(buckets) + 1)  # per bucket, not cumulative; the last is +Inf
+        self.sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # le: a value on a bound is in its bucket
+        self.sum += value
+
+    def collect(self) -> Iterator[Metric]:
+        cumulative, total = [], 0
+        for bound, n in zip((*self.bounds, INF), self.counts):
+            total += n
+            cumulative.append((floatToGoString(bound), total))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=cumulative, sum_value=self.sum)
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation)
 
 
 class MetricsMiddleware:

@@ -52,7 +52,7 @@ class Metrics:
 class CheapHistogram:
     """A Prometheus histogram for a value observed once per engine event: `observe` is one bisect
     and two additions (prometheus_client's Histogram takes a lock and two counter updates per
-    observation, a tenth of a paced stream's per-event work). Observed from the event loop's
+    observation: about a tenth of a paced stream's per-event work). Observed from the event loop's
     thread only; exposed through the registry as a custom collector, in the same text form."""
 
     def __init__(self, name: str, documentation: str, buckets: tuple[float, ...], registry: CollectorRegistry):

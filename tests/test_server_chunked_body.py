@@ -15,9 +15,8 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("tokenizers")
 
 from fake_engines import FakeEngine, Script, ServerThread  # noqa: E402
-from models import model_path  # noqa: E402
+from models import model_path, tokenizer  # noqa: E402
 
-import chatsieve  # noqa: E402
 from chatsieve.server import chunked_body  # noqa: E402
 from chatsieve.server.app import ServerConfig, create_app  # noqa: E402
 
@@ -28,7 +27,7 @@ LONG = "word " * 1500 + "end."
 
 @pytest.fixture(scope="module")
 def tok():
-    return chatsieve.load_tokenizer(model_path("qwen3"))
+    return tokenizer("qwen3")
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,8 @@ import httpx
 import openai
 import pytest
 from fake_engines import FakeEngine, Script, ServerThread
-from models import model_path
+from models import model_path, tokenizer
 
-import chatsieve
 from chatsieve.protocols.anthropic import error_type
 from chatsieve.protocols.common import LEFT_OUT_HEADER
 from chatsieve.protocols.openai_chat import RequestError, RequestLimits, parse_chat_request
@@ -42,7 +41,7 @@ def user(case: str, text: str = "hello") -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tok():
-    return chatsieve.load_tokenizer(model_path("qwen3"))
+    return tokenizer("qwen3")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from fake_engines import FakeEngine, Script, ServerThread
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from models import model_path
+from models import model_path, tokenizer
 
 import chatsieve
 from chatsieve.protocols.openai_chat import RequestError, parse_chat_request
@@ -35,7 +35,7 @@ def user(text: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tok():
-    return chatsieve.load_tokenizer(model_path("qwen3"))
+    return tokenizer("qwen3")
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -564,8 +564,6 @@ class _EventReader:
 
     def feed(self, raw: bytes) -> TokenBatch | None:
         """The batch in `raw` (its events merged), or None."""
-        batches: list[TokenBatch] = []
-        read = self.backend.read_event
         if (
             raw[:6] == b"data: "
             and raw[-2:] == b"\n\n"
@@ -573,23 +571,20 @@ class _EventReader:
             and not self.sse.partial
             and b"\r" not in raw
         ):  # the usual read when the engine is paced, one whole one-line event: SseParser's answer
-            self.count += 1
-            if read(self.reader, "data", raw[6:-2], batches):
-                self.done = True
-            return batches[0] if batches else None
-        for field, data in self.sse.feed(raw):
-            self.count += 1
-            if read(self.reader, field, data, batches):
-                self.done = True
-                break
-        return merge(batches) if batches else None
+            return self._read((("data", raw[6:-2]),))
+        return self._read(self.sse.feed(raw))
 
     def finish(self) -> TokenBatch | None:
         """The batch in an event the stream ended without a blank line after."""
+        return self._read(self.sse.finish())
+
+    def _read(self, events: Iterable[tuple[str, bytes]]) -> TokenBatch | None:
+        """The batch of these (field, data) events, merged, up to the stream's end."""
         batches: list[TokenBatch] = []
-        for field, data in self.sse.finish():
+        for field, data in events:
             self.count += 1
             if self.backend.read_event(self.reader, field, data, batches):
+                self.done = True
                 break
         return merge(batches) if batches else None
 

@@ -86,13 +86,13 @@ class FakeEngine:
         )
         self.healthy = True  # what GET /health answers: 200, or 503 when False
 
-
     @contextlib.contextmanager
     def serving(self) -> Iterator[FakeEngine]:
         """This engine on loopback for the block (`ServerThread`), `.url` set."""
         with ServerThread(self.app) as server:
             self.url = server.url
             yield self
+
     def outcome(self, key: str, timeout: float = 20.0) -> str | None:
         """Wait for the request playing `key` to end; "complete", "cancelled" or None."""
         with self._lock:
@@ -395,8 +395,9 @@ def payload_constraint(path: str, payload: dict) -> tuple[str | None, object]:
 
 class ServerThread:
     """Runs an ASGI app with uvicorn on 127.0.0.1:0 in a thread; `.url` and `.port` once entered;
-    `options` override the uvicorn settings (`chatsieve.server.uvicorn_options` gives serve's own). The HTTP protocol is the one `chatsieve serve` runs (uvicorn's
-    h11, bounded, streamed bodies written past h11); `http="h11"` is uvicorn's own."""
+    `options` override the uvicorn settings (`chatsieve.server.uvicorn_options` gives serve's own).
+    The HTTP protocol is the one `chatsieve serve` runs (uvicorn's h11, bounded, streamed bodies
+    written past h11); `http="h11"` is uvicorn's own."""
 
     def __init__(self, app, *, lifespan: str = "on", **options) -> None:
         from chatsieve.server.security import guarded_h11

@@ -83,21 +83,34 @@ def vllm_event(ids: list[int]) -> bytes:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    events=st.lists(st.lists(st.integers(0, 99), min_size=1, max_size=3), min_size=1, max_size=8),
+    events=st.lists(
+        st.tuples(st.lists(st.integers(0, 99), min_size=1, max_size=3), st.booleans()), min_size=1, max_size=8
+    ),
     newline=st.sampled_from([b"\n", b"\r\n"]),
     done=st.booleans(),
     cuts=st.lists(st.integers(0, 800), max_size=10),
-    at_events=st.booleans(),
+    at=st.sampled_from(["events", "lines", "anywhere"]),
+    lone_cr=st.booleans(),
 )
-def test_event_reader_reads_the_same_ids_from_whole_events_and_from_any_cut(events, newline, done, cuts, at_events):
+def test_event_reader_reads_the_same_ids_from_whole_events_and_from_any_cut(events, newline, done, cuts, at,
+                                                                           lone_cr):
     """A read holding exactly one one-line event takes a shortcut past SseParser; reads cut at
-    event boundaries (the paced engine's case) or anywhere give the ids, event count and end
-    of one read of everything."""
-    blocks = [b"data: " + vllm_event(ids) + newline * 2 for ids in events]
+    event boundaries (the paced engine's case), at line ends (an event of two data lines, the
+    second of which alone looks like a one-line event) or anywhere give the ids, event count
+    and end of one read of everything. A lone CR ends a line too, even inside what ends in LF LF."""
+    blocks = []
+    for ids, two_lines in events:
+        body = vllm_event(ids)
+        if two_lines:  # the same JSON over two data lines (joined by a newline, which JSON skips)
+            body = body.replace(b'"choices":', b'"choices":' + (b"\r" if lone_cr else newline) + b"data: ", 1)
+        blocks.append(b"data: " + body + newline * 2)
     blocks += [b"data: [DONE]" + newline * 2] if done else []
     data = b"".join(blocks)
-    if at_events:  # one read per event, the shortcut's case (\r\n line ends must not take it)
-        cuts = [sum(len(b) for b in blocks[: i + 1]) for i in range(len(blocks))] + cuts
+    if at == "events":  # one read per event, the shortcut's case (\r\n line ends must not take it)
+        cuts += [sum(len(b) for b in blocks[: i + 1]) for i in range(len(blocks))]
+    elif at == "lines":  # after each line end that is not the first half of a blank line
+        ends = [i + len(newline) for i in range(len(data)) if data.startswith(newline, i)]
+        cuts += [e for e in ends if not data.startswith(newline, e)]
     cuts = sorted({c for c in cuts if 0 < c < len(data)}) + [len(data)]
 
     def read(pieces: list[bytes]) -> tuple[list[int], int, bool]:
@@ -112,7 +125,7 @@ def test_event_reader_reads_the_same_ids_from_whole_events_and_from_any_cut(even
         return ids, reader.count, reader.done
 
     whole = read([data])
-    assert whole == ([i for ids in events for i in ids], len(blocks), done)
+    assert whole == ([i for ids, _ in events for i in ids], len(blocks), done)
     assert read([data[a:b] for a, b in zip([0, *cuts], cuts)]) == whole
 
 

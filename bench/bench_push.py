@@ -8,7 +8,12 @@ The client side is a body that keeps the bytes. So this is what `bench_server.py
 measures minus the wake-ups, the reads and the writes (its bare-relay row) and minus cold caches.
 `--calls` also counts the Python and C calls per event (sys.setprofile), by function.
 
-    CHATSIEVE_MODELS=../shared/models python bench/bench_push.py [--streams 1,128] [--calls]
+`--gap-ms 10` puts the paced bench's idle between the engine's steps back (the thread sleeps, as
+the server's does in epoll_wait) and times each step's thread CPU alone: the same Python, woken
+from idle as the server is 100 times a second at 1 stream. The difference from `--gap-ms 0` is
+what the idle costs this code on this machine (cold caches, a core clocked down).
+
+    CHATSIEVE_MODELS=../shared/models python bench/bench_push.py [--streams 1,128] [--calls] [--gap-ms 10]
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ class Body:
         pass
 
 
-async def run(streams: int, reps: int, count_calls: bool) -> None:
+async def run(streams: int, reps: int, count_calls: bool, gap: float) -> None:
     models = models_dir()
     tok = load_tokenizer(models / "qwen3")
     ids = make_output("qwen3", tok, 1000)
@@ -120,11 +125,20 @@ async def run(streams: int, reps: int, count_calls: bool) -> None:
 
         if count_calls and rep == 0:
             sys.setprofile(count)
-        t0 = time.perf_counter()
-        for event in events[:-1]:
-            for conn in connections:
-                conn.data_received(event)
-        elapsed = time.perf_counter() - t0
+        if gap:
+            elapsed = 0.0
+            for event in events[:-1]:
+                time.sleep(gap)
+                t0 = time.thread_time()
+                for conn in connections:
+                    conn.data_received(event)
+                elapsed += time.thread_time() - t0
+        else:
+            t0 = time.perf_counter()
+            for event in events[:-1]:
+                for conn in connections:
+                    conn.data_received(event)
+            elapsed = time.perf_counter() - t0
         sys.setprofile(None)
         for conn in connections:
             conn.data_received(events[-1] + END)
@@ -138,7 +152,8 @@ async def run(streams: int, reps: int, count_calls: bool) -> None:
                 print(f"  {k / n:5.2f}  {name}")
         else:
             best = min(best, elapsed / n)
-    print(f"{streams:4} stream(s): {best * 1e6:.2f} µs per event (best of {reps - count_calls})", flush=True)
+    after = f", {gap * 1e3:g} ms idle before each step" if gap else ""
+    print(f"{streams:4} stream(s): {best * 1e6:.2f} µs per event (best of {reps - count_calls}{after})", flush=True)
 
 
 def main() -> None:
@@ -146,10 +161,12 @@ def main() -> None:
     ap.add_argument("--streams", default="1,128", help="concurrent streams, comma-separated")
     ap.add_argument("--reps", type=int, default=5, help="timed runs per stream count (the best is shown)")
     ap.add_argument("--calls", action="store_true", help="also count calls per event (one extra, untimed run)")
+    ap.add_argument("--gap-ms", type=float, default=0.0,
+                    help="idle before each engine step, as in bench_server's paced mode (0: back to back)")
     a = ap.parse_args()
     loop_policy()
     for n in (int(s) for s in a.streams.split(",")):
-        asyncio.run(run(n, a.reps + a.calls, a.calls))
+        asyncio.run(run(n, a.reps + a.calls, a.calls, a.gap_ms / 1e3))
 
 
 if __name__ == "__main__":

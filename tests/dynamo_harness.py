@@ -17,8 +17,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests import models
 
 HERE = Path(__file__).resolve().parent
@@ -26,18 +24,12 @@ REPO = HERE.parent
 INSTALL = "pip install --no-deps -r requirements/dynamo-test.txt"
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") or os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 def require_dynamo() -> None:
     """Dynamo 1.6 importable with chatsieve's adapter, or skip (fail under CI)."""
     try:
         import chatsieve.integrations.dynamo  # noqa: F401
     except ImportError as e:
-        _unavailable(f"NVIDIA Dynamo is not usable here ({e}): {INSTALL}")
+        models.missing(f"NVIDIA Dynamo is not usable here ({e}): {INSTALL}")
 
 
 LOOPBACK_UP = (
@@ -64,7 +56,7 @@ def require_netns() -> None:
     """A private network namespace for the Dynamo processes, or skip (fail under CI)."""
     error = _netns_error()
     if error:
-        _unavailable(f"the Dynamo tests need a private network namespace: {error}")
+        models.missing(f"the Dynamo tests need a private network namespace: {error}")
 
 
 def netns_command(argv: list[str]) -> list[str]:

@@ -17,14 +17,27 @@ from pathlib import Path
 import pytest
 
 _REPO = Path(__file__).resolve().parent.parent
+DEV_INSTALL = "pip install -e '.[dev]'"  # what the README's test command installs
 
 
 def missing(reason: str):
     """Skip with `reason` -- or fail under CI (CHATSIEVE_REQUIRE_MODELS=1), where whatever is
-    missing (a model file, an engine, an agent, a test dependency) should have been installed."""
+    missing (a model file, an engine, an agent, a test dependency) should have been installed.
+    Called at module level too (a test file whose dependency is absent skips as a whole)."""
     if os.environ.get("CHATSIEVE_REQUIRE_MODELS"):
-        pytest.fail(reason)
-    pytest.skip(reason)
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_module(name: str, install: str):
+    """The module `name`, imported; or skip (fail under CI) naming what is missing and the command
+    that installs it (`install`)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        missing(f"{name} is a test dependency that is not installed ({e}): {install}")
 
 
 @functools.cache
@@ -68,14 +81,16 @@ def _github_only(rel: str) -> str | None:
     rel = rel.rstrip("/")
     for path, why in GITHUB_ONLY.items():
         if path == rel or path.startswith(rel + "/"):
-            return f"{path}: not on any package registry ({why}); see README 'Test data'"
+            return f"{path}: not on any package registry ({why}); see docs/testdata.md"
     return None
 
 
-def model_path(rel: str) -> Path:
+def model_path(rel: str, *, exact: bool = False) -> Path:
     """A file or tokenizer directory under the models directory; skips (fails under CI)
     when absent -- a documented GitHub-only file skips even under CI, also when it is a
-    file of the directory asked for (a tokenizer directory a registry copy cannot fill)."""
+    file of the directory asked for (a tokenizer directory a registry copy cannot fill).
+    A first-version template that only GitHub carries is replaced by the later edit a registry
+    carries (chatsieve.testdata.LATER_EDITS) unless `exact` asks for the first version itself."""
     if rel.startswith("llama.cpp/models/"):  # the registry copy's llama.cpp folder, wherever it is
         p = llama_cpp_models() / rel[len("llama.cpp/models/") :]
         if not p.exists():
@@ -84,6 +99,10 @@ def model_path(rel: str) -> Path:
     base = models_dir()
     p = base / rel
     if not p.exists():
+        from chatsieve.testdata import LATER_EDITS
+
+        if rel in LATER_EDITS and not exact:
+            return model_path(LATER_EDITS[rel])
         why = _github_only(rel)
         if why:
             pytest.skip(why)  # a documented exception, even under CI
@@ -119,7 +138,7 @@ def gguf_tokenizer(path: Path):
 
 def gemma4_tokenizer():
     """Gemma 4's real tokenizer: the vocabulary of llama.cpp's ggml-vocab-gemma-4.gguf
-    (which replaces the one derived from Gemma 3's, see README 'Test data')."""
+    (which replaces the one derived from Gemma 3's, see docs/testdata.md)."""
     return gguf_tokenizer(llama_cpp_models() / "ggml-vocab-gemma-4.gguf")
 
 

@@ -13,13 +13,14 @@ import real_engine
 from corpus import varied_sample
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from models import DEV_INSTALL, require_module
 from test_gguf import write_gguf
 
 from chatsieve.gguf import GGUFError, read_metadata, vocab_mismatches
 from chatsieve.gguf_tokenizer import SUPPORTED_MODELS
 from chatsieve.tokenizer import load_tokenizer
 
-pytest.importorskip("tokenizers")
+require_module("tokenizers", DEV_INSTALL)
 
 SEP = "\n__ggml_vocab_test__\n"
 

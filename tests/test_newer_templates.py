@@ -17,12 +17,13 @@ import re
 
 import models
 import pytest
+from models import DEV_INSTALL, require_module
 
 import chatsieve
 from chatsieve import formats
 from chatsieve.prompt import render_prompt, render_text
 
-tokenizers = pytest.importorskip("tokenizers")
+tokenizers = require_module("tokenizers", DEV_INSTALL)
 
 PREFIX = "llama.cpp/models/templates/"
 FAMILIES = sorted(n for n in formats.names() if (formats.get(n).template or "").startswith(PREFIX))

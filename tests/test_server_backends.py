@@ -8,10 +8,11 @@ import lzma
 import socket
 
 import pytest
+from models import DEV_INSTALL, require_module
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-tokenizers = pytest.importorskip("tokenizers")
+require_module("starlette", DEV_INSTALL)
+require_module("uvicorn", DEV_INSTALL)
+tokenizers = require_module("tokenizers", DEV_INSTALL)
 
 from fake_engines import FakeEngine, Script, fake_logprob, fake_top  # noqa: E402
 from models import model_path  # noqa: E402

@@ -10,9 +10,10 @@ import socket
 import time
 
 import pytest
+from models import DEV_INSTALL, require_module
 
-pytest.importorskip("uvicorn")
-pytest.importorskip("tokenizers")
+require_module("uvicorn", DEV_INSTALL)
+require_module("tokenizers", DEV_INSTALL)
 
 from fake_engines import FakeEngine, Script, ServerThread  # noqa: E402
 from models import model_path, tokenizer  # noqa: E402

@@ -10,8 +10,9 @@ import socket
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from models import DEV_INSTALL, require_module
 
-pytest.importorskip("httptools")
+require_module("httptools", DEV_INSTALL)
 
 from chatsieve.events import TokenLogprob  # noqa: E402
 from chatsieve.server.backends import Backend, SseParser, TokenBatch, VllmReader, _EventReader, merge  # noqa: E402

@@ -14,13 +14,14 @@ import shutil
 import socket
 
 import pytest
+from models import DEV_INSTALL, require_module
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-pytest.importorskip("tokenizers")
-pytest.importorskip("jinja2")
-openai = pytest.importorskip("openai")
-httpx = pytest.importorskip("httpx")
+require_module("starlette", DEV_INSTALL)
+require_module("uvicorn", DEV_INSTALL)
+require_module("tokenizers", DEV_INSTALL)
+require_module("jinja2", DEV_INSTALL)
+openai = require_module("openai", DEV_INSTALL)
+httpx = require_module("httpx", DEV_INSTALL)
 
 from fake_engines import FakeEngine, Script, ServerThread, fake_logprob, fake_top, serve_process, spelled  # noqa: E402
 from models import gemma4_tokenizer_json, model_path  # noqa: E402

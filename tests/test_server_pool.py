@@ -10,10 +10,11 @@ import lzma
 import socket
 
 import pytest
+from models import DEV_INSTALL, require_module
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-tokenizers = pytest.importorskip("tokenizers")
+require_module("starlette", DEV_INSTALL)
+require_module("uvicorn", DEV_INSTALL)
+tokenizers = require_module("tokenizers", DEV_INSTALL)
 
 from fake_engines import FakeEngine, Script, ServerThread  # noqa: E402
 from models import model_path  # noqa: E402
@@ -203,7 +204,7 @@ def test_the_server_spreads_chat_requests_over_its_backends(engines, qwen):
     import chatsieve
     from chatsieve.server.app import ServerConfig, create_app
 
-    httpx = pytest.importorskip("httpx")
+    httpx = require_module("httpx", DEV_INSTALL)
     clear(engines)
     tok = chatsieve.load_tokenizer(model_path("qwen3"))
     cfg = ServerConfig(

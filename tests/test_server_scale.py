@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from models import DEV_INSTALL, require_module
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-pytest.importorskip("tokenizers")
-httpx = pytest.importorskip("httpx")
-anyio = pytest.importorskip("anyio")
+require_module("starlette", DEV_INSTALL)
+require_module("uvicorn", DEV_INSTALL)
+require_module("tokenizers", DEV_INSTALL)
+httpx = require_module("httpx", DEV_INSTALL)
+anyio = require_module("anyio", DEV_INSTALL)
 
 from fake_engines import FakeEngine, Script, serve_process  # noqa: E402
 from models import model_path  # noqa: E402

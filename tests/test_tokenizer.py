@@ -6,11 +6,11 @@ import functools
 import json
 
 import pytest
-from models import gemma4_tokenizer_json, model_path
+from models import DEV_INSTALL, gemma4_tokenizer_json, model_path, require_module
 
 from chatsieve.tokenizer import Tokenizer, TokenizerNotFoundError, load_tokenizer
 
-tokenizers = pytest.importorskip("tokenizers")
+tokenizers = require_module("tokenizers", DEV_INSTALL)
 
 
 @functools.cache

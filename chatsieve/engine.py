@@ -100,7 +100,7 @@ class Engine:
         self._suspect_raw = 0
         self._rerun: list[Segment] = []  # segments to read again once the region is gone
         # A call opened inside a reasoning block the model never closed: the segments since
-        # its opener, and its ops, held until what follows decides (README, Policies). None:
+        # its opener, and its ops, held until what follows decides (docs/policies.md). None:
         # no such call. `_thought_off`: the opener of a call that proved a thought, read
         # again as reasoning text (a later call is decided afresh).
         self._thought: list[Segment] | None = None

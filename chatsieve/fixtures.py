@@ -3,7 +3,7 @@
 A fixture file is YAML: defaults (`format`, `tools`, `tokenizer`, `thinking`) and
 `cases`, each with `text` (or `segments`) and `expect`. Every case is parsed in
 batch, streamed at every split point, on seeded random chunkings, with argument
-streaming on, and in token mode when a tokenizer is named. See README "Fixtures".
+streaming on, and in token mode when a tokenizer is named. See docs/api.md, "Fixtures".
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def check_case(case: Case, tokenizer_for: Callable[[str], Any] | None = None) ->
 
     spec = formats.get(case.format)
     delims = spec.delimiters
-    # a call written inside a reasoning block stays reasoning text (README, Policies)
+    # a call written inside a reasoning block stays reasoning text (docs/policies.md)
     thought = frozenset((*spec.call_open, *spec.call_close, *spec.inner))
     if spec.calls_inside_reasoning:
         thought = frozenset()

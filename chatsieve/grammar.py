@@ -603,7 +603,7 @@ def _calls_constraint(
 # Families whose reasoning is not a marked block, and the token that would end it and what opens
 # the answer after it. gpt-oss is left out on purpose: a model that skips its analysis writes the
 # final channel in the first, free phase, so its answer would go unconstrained; for gpt-oss the
-# constraint covers the whole output instead (see README). Kept as the hook for a channel-routing
+# constraint covers the whole output instead (see docs/serving.md). Kept as the hook for a channel-routing
 # first phase (stop at `<|message|>`, read the channel).
 _REASONING_THEN_ANSWER: dict[str, tuple[str, str]] = {}
 

@@ -78,11 +78,11 @@ class FormatSpec:
     content_filter: Callable[[bool], ContentFilter | None] | None = None  # given thinking
     reasoning_filter: Callable[[bool], ContentFilter | None] | None = None  # the same for reasoning
     call_id: Callable[[str | None], str] = openai_call_id
-    # for the formats table (`chatsieve formats`, README): one line each, Markdown allowed
+    # for the formats table (`chatsieve formats`, docs/formats.md): one line each, Markdown allowed
     reasoning_doc: str = ""  # e.g. "`<think>…</think>`, on by default"
     calls_doc: str = ""  # e.g. "`<tool_call>{\"name\", \"arguments\"}</tool_call>`"
     tokenizer_doc: str = ""  # the real tokenizer its token-mode fixtures use, e.g. "qwen3"
-    template: str | None = None  # chat template in the test data (shared/models or llama.cpp/models/), for the README table
+    template: str | None = None  # chat template in the test data (shared/models or llama.cpp/models/), for the formats table
     engine: type | None = None  # an Engine subclass for grammars beyond the shared one
     call_syntax: str | None = None  # chatsieve.grammar's builder that can force its calls
     tool_prompt: ToolPrompt | None = None  # the documented tool prompt, for templates that ignore tools

@@ -1,4 +1,4 @@
-"""The formats table (`chatsieve formats`, the README): one Markdown row per family, with
+"""The formats table (`chatsieve formats`, docs/formats.md): one Markdown row per family, with
 its delimiters' gates computed from the real tokenizer it names, where one loads."""
 
 from __future__ import annotations

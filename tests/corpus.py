@@ -12,7 +12,7 @@ _REPO = Path(__file__).resolve().parent.parent
 
 def varied_sample(extra: list[str] | None = None) -> list[str]:
     texts = [p.read_text(encoding="utf-8") for p in sorted((_REPO / "tests" / "fixtures").rglob("*.yaml"))]
-    texts.append((_REPO / "README.md").read_text(encoding="utf-8"))
+    texts += [p.read_text(encoding="utf-8") for p in (_REPO / "README.md", *sorted((_REPO / "docs").glob("*.md")))]
     texts += extra or []
     rng = random.Random(12)
     alphabet = (

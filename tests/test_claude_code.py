@@ -1,4 +1,4 @@
-"""Claude Code end to end: the README's recipe (`chatsieve serve` + the environment lines), Claude
+"""Claude Code end to end: the recipe of docs/agents.md (`chatsieve serve` + the environment lines), Claude
 Code 2.1.328 headless, and a stand-in Qwen3 engine replaying real-tokenizer ids.
 
 1. The engine calls Claude Code's own Write tool: the file appears with the scripted content,

@@ -29,7 +29,7 @@ from chatsieve import formats
 from chatsieve.server.app import ServerConfig, create_app
 from chatsieve.server.security import SecurityPolicy
 
-MODEL = "local-model"  # as README's recipe names it
+MODEL = "local-model"  # as the recipe (docs/agents.md) names it
 README_URL = "http://127.0.0.1:8000/v1"
 KEY = "sk-codex-e2e"
 WROTE = "chatsieve-was-here"
@@ -79,7 +79,7 @@ def served(tmp_path: Path, family: str, scripts):
 
 
 def readme_recipe() -> tuple[str, list[str]]:
-    """README's "Codex CLI with any open model": its config.toml block and `codex exec` flags."""
+    """docs/agents.md, "Codex CLI with any open model": its config.toml block and `codex exec` flags."""
     blocks = readme_blocks("Codex CLI with any open model")
     (config,) = [b for b in blocks if b.startswith("model = ")]
     (shell,) = [b for b in blocks if "codex exec " in b]
@@ -87,7 +87,7 @@ def readme_recipe() -> tuple[str, list[str]]:
 
 
 def run_codex(codex: Path, url: str, work: Path, home: Path, prompt: str) -> list[dict]:
-    """README's recipe as written (this server's port; the container flags it names); Codex's
+    """The recipe as written (this server's port; the container flags it names); Codex's
     JSON events."""
     config, flags = readme_recipe()
     assert README_URL in config and f'model = "{MODEL}"' in config

@@ -1,5 +1,5 @@
 """chatsieve inside NVIDIA Dynamo, two processes: `python -m dynamo.mocker` as the worker and the
-README's launcher (`python -m chatsieve.integrations.dynamo --format qwen3 ... --router-mode kv`) as
+docs/integrations.md's launcher (`python -m chatsieve.integrations.dynamo --format qwen3 ... --router-mode kv`) as
 the frontend, on file discovery and TCP inside a private network namespace.
 
 The mocker replays exact token ids (real Qwen3 tokenizer) from a Mooncake trace, picked per request
@@ -19,8 +19,10 @@ from chatsieve import StreamParser, render_prompt
 from chatsieve.fixtures import encode_segments
 from chatsieve.tokenizer import load_tokenizer
 from tests import dynamo_harness as harness
+from tests.readme_recipes import command, readme_blocks
 from tests.test_dynamo import ECHO, MESSAGES, TOOLS, _fold, _message, _whole
 
+RECIPE = "Inside NVIDIA Dynamo: chatsieve as the frontend's chat processor"  # docs/integrations.md
 REPLAYS = {
     "call": [('<think>\nI need the weather.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
               '{"city": "Paris"}}\n</tool_call><|im_end|>', False)],
@@ -47,7 +49,9 @@ def mocker_run(tmp_path_factory):
     common = ["--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
     mocker = [sys.executable, "-m", "dynamo.mocker", "--model-path", str(directory), "--model-name", "qwen3",
               "--response-replay-trace-path", str(trace), "--speedup-ratio", "100", *common]  # fmt: skip
-    frontend = [sys.executable, "-m", "chatsieve.integrations.dynamo", "--format", "qwen3", "--router-mode", "kv",
+    launcher = command(readme_blocks(RECIPE)[0], "python -m chatsieve.integrations.dynamo")
+    assert launcher == ["--format", "qwen3", "--router-mode", "kv", "--http-port", "8000"]  # as the docs write it
+    frontend = [sys.executable, "-m", "chatsieve.integrations.dynamo", *launcher[:-2],
                 "--http-host", "127.0.0.1", "--http-port", str(port), *common]  # fmt: skip
     requests, index = [], {}
     for key in ids:

@@ -1,4 +1,4 @@
-"""The formats table: `chatsieve formats` prints it, the README shows exactly it, and each
+"""The formats table: `chatsieve formats` prints it, docs/formats.md shows exactly it, and each
 family documents itself in it."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from chatsieve.table import HEADER, formats_table, gates_cell
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def readme_table() -> str:
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+def docs_table() -> str:
+    lines = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8").splitlines()
     start = lines.index(HEADER.splitlines()[0])
-    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
     return "\n".join(lines[start:end]) + "\n"
 
 
@@ -32,10 +32,10 @@ def table_tokenizer(ref: str):
     return tok_for(ref)
 
 
-def test_the_readme_table_is_the_formats_output():
+def test_the_docs_table_is_the_formats_output():
     want = formats_table(table_tokenizer)
-    assert readme_table() == want, (
-        "README.md's formats table is stale: replace it with the output of "
+    assert docs_table() == want, (
+        "docs/formats.md's formats table is stale: replace it with the output of "
         "`chatsieve formats --models ../shared/models`"
     )
 

@@ -167,7 +167,7 @@ class Turn:
 
 
 def _how(family: str, engine: str, own_grammar: bool, thinking: bool = False) -> str:
-    """The path a constrained turn takes (README "Forced calls and structured output"); Gemma 4
+    """The path a constrained turn takes (docs/serving.md, "Engine-enforced structure"); Gemma 4
     thinks only when asked to."""
     if family == "gpt_oss" or (family == "gemma4" and not thinking):  # gpt-oss: over the whole output
         return "json"

@@ -40,7 +40,7 @@ def check_visible_text(msg, items, spec) -> None:
     thought = set() if spec.calls_inside_reasoning else {*spec.call_open, *spec.call_close, *spec.inner}
     for name in ("content", "reasoning"):
         allowed = thought if name == "reasoning" else set()
-        # gpt-oss joins messages one per line (README): a newline may stand where a marker was
+        # gpt-oss joins messages one per line (docs/policies.md): a newline may stand where a marker was
         joiner = "\n" if spec.name == "gpt_oss" else ""
         plain = "".join(t if not is_marker or t in allowed else joiner for t, is_marker in items)
         value = getattr(msg, name) or ""

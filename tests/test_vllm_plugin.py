@@ -17,7 +17,6 @@ import asyncio
 import glob
 import json
 import os
-import re
 import shlex
 from pathlib import Path
 
@@ -32,12 +31,10 @@ from chatsieve.fixtures import compare, encode_segments, encode_spelled, load_ca
 from chatsieve.tools import json_text
 from tests import models
 from tests.fixture_tools import offering_every_call, openai_tool
+from tests.readme_recipes import readme_blocks
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # vLLM's CUDA wheel on a machine without a GPU
-if not (os.environ.get("CI") or os.environ.get("CHATSIEVE_REQUIRE_MODELS")):
-    pytest.importorskip(
-        "vllm", reason="vLLM is not installed: pip install --no-deps -r requirements/vllm-test.txt"
-    )
+models.require_module("vllm", "pip install --no-deps -r requirements/vllm-test.txt")
 
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor  # noqa: E402
@@ -524,15 +521,13 @@ def test_engine_core_reasoning_parser_answers_by_token_id(vllm_tokenizers):
     assert rp.count_reasoning_tokens([think, *body, end, *body]) == len(body)
 
 
-# ---------------------------------------------------------------- the README's command line
+# ---------------------------------------------------------------- the docs' command line
 
 
 def readme_recipe() -> tuple[str, list[str]]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Inside vLLM", 1)[1].split("\n## ", 1)[0]
-    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1).strip().splitlines()
+    block = readme_blocks("Inside vLLM: the parser plugin")[0].strip().splitlines()
     assert len(block) == 2, "the recipe is two lines"
-    return block[0], shlex.split(block[1])
+    return block[0].split("#")[0].strip(), shlex.split(block[1])
 
 
 def test_readme_recipe_runs_through_vllms_own_cli(model_dirs, vllm_tokenizers):
@@ -540,7 +535,7 @@ def test_readme_recipe_runs_through_vllms_own_cli(model_dirs, vllm_tokenizers):
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     install, argv = readme_recipe()
-    assert install == "pip install chatsieve"
+    assert install == "pip install -e ."
     assert argv[:3] == ["vllm", "serve", "MODEL"]
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(
         ["--model", str(model_dirs["qwen3"]), *argv[3:]]

@@ -24,7 +24,7 @@ strings); SGLang uses them only where it has no token ids (its `/parse_function_
 Written against SGLang SUPPORTED_SGLANG (tested with TESTED_SGLANG); importing it under another
 SGLang, or one whose hooks differ, raises ImportError naming those versions.
 
-Policies where SGLang leaves a choice (README "Inside SGLang"):
+Policies where SGLang leaves a choice (docs/integrations.md, "Inside SGLang"):
 - chatsieve decides reasoning and calls together: `--tool-call-parser chatsieve_F` alone also
   separates reasoning; `--reasoning-parser chatsieve_F` alone returns no calls (SGLang parses none
   without a tool-call parser); chatsieve_F beside another parser is refused at start;

@@ -15,7 +15,7 @@ outputs (is reasoning over at this token?), so it answers from the marker token 
 Written against vLLM's interfaces of SUPPORTED_VLLM (tested with TESTED_VLLM); importing it
 under a vLLM whose interfaces differ raises ImportError naming those versions.
 
-Policies where vLLM leaves a choice (see README "Inside vLLM"):
+Policies where vLLM leaves a choice (see docs/integrations.md, "Inside vLLM"):
 - calls are returned only for functions the request offered (`tools`, the named
   `tool_choice`), none for `tool_choice: "none"`, the first only when
   `parallel_tool_calls` is false; other calls are dropped and logged, never shown as content;

@@ -15,6 +15,7 @@ run in a private network namespace (`unshare -n`), see tests/dynamo_harness.py.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -85,7 +86,7 @@ CASES: dict[str, tuple[str, list[tuple[str, bool]], dict, dict]] = {
 
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 # served model -> (model directory, the parsers its workers advertise). chatsieve's frontend is
-# tested on workers that advertise none (the README's recipe); Dynamo's own processor on workers
+# tested on workers that advertise none (the recipe of docs/integrations.md); Dynamo's own processor on workers
 # that advertise the parsers Dynamo documents for these models.
 MODELS = {
     "qwen3": ("qwen3", None, None),
@@ -293,8 +294,8 @@ def test_format_mapped_from_the_workers_parser_names(deployment, case):
 def test_known_limit_dynamo_reparses_non_streaming_answers_of_advertised_parsers(deployment):
     """Dynamo 1.6's non-streaming aggregator re-parses the content a Python chat engine returns with
     the parser the workers advertise: the echoed call chatsieve kept as text becomes a call there.
-    Hence the README's recipe (workers advertise no parser) and the warning at discovery. If this
-    fails, Dynamo stopped doing it: drop the caveat from the README and the warning."""
+    Hence the recipe of docs/integrations.md (workers advertise no parser) and the warning at discovery. If this
+    fails, Dynamo stopped doing it: drop the caveat from docs/integrations.md and the warning."""
     whole = _ok(deployment["results"]["qwen3-echo/advertised/whole"])
     assert whole["calls"] == [("run", {"cmd": "rm -rf /"})]
     assert "advertise tool_call_parser='hermes'" in deployment["app_log"]
@@ -398,3 +399,14 @@ def test_forced_calls_go_to_the_workers_as_a_json_call_list(deployment):
     (record,) = [r for r in deployment["worker_log"] if r["key"] == "call-list"]
     schema = record["request"]["sampling_options"]["guided_decoding"]["json"]
     assert schema["type"] == "array" and schema["minItems"] == 1
+
+
+def test_help_shows_chatsieves_options_then_dynamos():
+    harness.require_dynamo()
+    out = subprocess.run([sys.executable, "-m", "chatsieve.integrations.dynamo", "--help"], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    ours, _, theirs = out.stdout.partition("Dynamo's frontend options (python -m dynamo.frontend --help):")
+    assert ours.startswith("usage: python -m chatsieve.integrations.dynamo")
+    assert "--format FORMAT" in ours and "--model-dir" in ours and "--stream-arguments" in ours
+    assert "--http-port" in theirs

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import httpx
 import models
 import pytest
+from models import DEV_INSTALL, require_module
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
+require_module("starlette", DEV_INSTALL)
+require_module("uvicorn", DEV_INSTALL)
 
 from fake_engines import FakeEngine, Script, ServerThread, serve_process  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
@@ -88,3 +91,55 @@ def test_serve_argument_errors(tmp_path, capsys):
     assert serve_main(["--gguf", str(bare), *base]) == 2
     err = capsys.readouterr().err
     assert f"the GGUF {bare} carries no chat template" in err and "give --chat-template FILE" in err
+
+
+@pytest.mark.parametrize(
+    ("kind", "answers", "wanted"),
+    [
+        ("vllm", {"/v1/models": {"data": [{"id": "m", "owned_by": "llamacpp"}]}}, "llamacpp"),
+        ("vllm", {"/props": {"default_generation_settings": {}, "model_path": "/nowhere.gguf"}}, "llamacpp"),
+        ("llamacpp", {"/v1/models": {"data": [{"id": "m", "owned_by": "vllm"}]}}, "vllm"),
+        ("sglang", {"/v1/models": {"data": [{"id": "m", "owned_by": "vllm"}]}}, "vllm"),
+        ("llamacpp", {"/v1/models": {"data": [{"id": "m", "owned_by": "sglang"}]}}, "sglang"),
+    ],
+)
+def test_an_engine_of_another_kind_is_one_line_at_start_up(kind, answers, wanted, capsys):
+    """Forgetting --backend-kind: the engine is asked what it is, and the server does not start."""
+    engine = FakeEngine(str, {})
+    for path, body in answers.items():
+        engine.app.add_route(path, lambda request, body=body: JSONResponse(body), methods=["GET"])
+    with ServerThread(engine.app) as backend:
+        argv = ["--model-dir", str(models.model_path("qwen3")), "--format", "qwen3", "--backend", backend.url]
+        assert serve_main([*argv, "--backend-kind", kind]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"chatsieve serve: error: the engine at {backend.url} is ") and line.endswith(
+        f"give --backend-kind {wanted}"
+    )
+
+
+def test_a_vocabulary_mismatch_is_one_line_at_start_up(capsys):
+    """The engine runs another model than the tokenizer's: one line saying what and what to do."""
+    gguf = models.llama_cpp_models() / "ggml-vocab-gemma-4.gguf"
+    engine = FakeEngine(str, {})
+    engine.app.add_route("/props", lambda request: JSONResponse({"model_path": str(gguf)}), methods=["GET"])
+    with ServerThread(engine.app) as backend:
+        argv = ["--model-dir", str(models.model_path("qwen3")), "--format", "qwen3", "--backend", backend.url]
+        assert serve_main([*argv, "--backend-kind", "llamacpp"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("chatsieve serve: error: refusing to serve:") and "vocabulary size differs" in line
+
+
+def test_serve_without_the_server_extra_says_what_to_install(tmp_path):
+    """`pip install -e .` alone, then `chatsieve serve`: one line naming the extra (a module of
+    the extra hidden from the import system stands for a core-only install)."""
+    code = (
+        "import sys; sys.modules['anyio'] = None\n"
+        "from chatsieve.server import serve_main\n"
+        "sys.exit(serve_main(['--model-dir', '.', '--format', 'qwen3', '--backend', 'http://127.0.0.1:9']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "chatsieve serve: error: import of anyio halted; None in sys.modules: `chatsieve serve` needs the server "
+        "extra; install it with pip install -e '.[server]' in a clone of chatsieve"
+    ]

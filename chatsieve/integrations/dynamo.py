@@ -14,7 +14,7 @@ preprocessor and Rust parsers are not used for these models.
 Written against Dynamo SUPPORTED_DYNAMO (tested with TESTED_DYNAMO); importing it under another
 Dynamo, or one whose hooks differ, raises ImportError naming those versions.
 
-Decisions (README "Inside NVIDIA Dynamo"):
+Decisions (docs/integrations.md, "Inside NVIDIA Dynamo"):
 - the format: `--format`, else mapped from the worker's advertised `tool_call_parser` /
   `reasoning_parser` (`format_for_parsers`, tables PARSER_FORMATS / TOOL_PARSER_FORMATS), else
   config.json's `model_type` if it names a format; none: the model is refused naming `--format`;
@@ -649,14 +649,14 @@ def _error_envelope(message: str) -> dict:
 # ---------------------------------------------------------------- the launcher
 
 
-def _split_args(argv: Sequence[str]) -> tuple[DynamoOptions, list[str]]:
-    """chatsieve's own flags out of a dynamo.frontend command line; the rest is Dynamo's."""
+def _parser():
+    """chatsieve's own flags of the launcher (argparse); every other flag is Dynamo's."""
     import argparse
 
     ap = argparse.ArgumentParser(
         prog="python -m chatsieve.integrations.dynamo",
-        description="Dynamo's frontend with chatsieve as the chat processor; every other flag is "
-        "python -m dynamo.frontend's (see its --help).",
+        description="Dynamo's frontend with chatsieve as the chat processor. chatsieve's options are "
+        "these; every other option is python -m dynamo.frontend's (listed after them by --help).",
         add_help=False,
     )
     ap.add_argument("--format", help="chatsieve format (default: mapped from the workers' parser names)")
@@ -664,7 +664,13 @@ def _split_args(argv: Sequence[str]) -> tuple[DynamoOptions, list[str]]:
     ap.add_argument(
         "--stream-arguments", action="store_true", help="stream tool-call arguments as they arrive"
     )
-    ap.add_argument("--chatsieve-help", action="help", help="show this help and exit")
+    ap.add_argument("--chatsieve-help", action="help", help="show chatsieve's options only and exit")
+    return ap
+
+
+def _split_args(argv: Sequence[str]) -> tuple[DynamoOptions, list[str]]:
+    """chatsieve's own flags out of a dynamo.frontend command line; the rest is Dynamo's."""
+    ap = _parser()
     ours, rest = ap.parse_known_args(list(argv))
     for flag in ("--chat-processor",):
         if any(a == flag or a.startswith(flag + "=") for a in rest):
@@ -682,6 +688,9 @@ def _split_args(argv: Sequence[str]) -> tuple[DynamoOptions, list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m dynamo.frontend`, every flag kept, with chatsieve's engine factory for each model."""
     options, rest = _split_args(sys.argv[1:] if argv is None else argv)
+    if "-h" in rest or "--help" in rest:  # chatsieve's options first, then Dynamo's own help
+        print(_parser().format_help())
+        print("Dynamo's frontend options (python -m dynamo.frontend --help):\n", flush=True)
     if options.stream_arguments is False and os.environ.get("CHATSIEVE_STREAM_ARGUMENTS", "") in (
         "1",
         "true",

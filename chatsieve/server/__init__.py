@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -16,7 +17,10 @@ KINDS = ("vllm", "sglang", "llamacpp")
 KEEP_ALIVE_TIMEOUT = (
     75.0  # above common idle timeouts in front of us: httpx 5 s, aiohttp 15 s, load balancers 60 s
 )
-CONFIG_ENV = "CHATSIEVE_SERVE_CONFIG"  # how --workers processes get the configuration
+CONFIG_ENV = "CHATSIEVE_SERVE_CONFIG"
+# what the server imports that the core does not (pyproject.toml's `server` extra, by module name)
+SERVER_EXTRA = ("anyio", "h11", "httptools", "httpx", "jinja2", "orjson", "prometheus_client", "starlette",
+                "tokenizers", "uvicorn")  # how --workers processes get the configuration
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,8 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--backend-kind", choices=KINDS, default="vllm", help="engine protocol (default: vllm)")
     p.add_argument("--backend-model", default=None, help="model name to send to the engine, if it needs one")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1, this machine only; another address needs --api-key "
+        "or --allow-unauthenticated)",
+    )
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     p.add_argument("--served-model-name", default=None, help="model id clients use (default: the dir name)")
     p.add_argument(
         "--model-alias",
@@ -104,7 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long a stored response is kept (30 days)",
     )
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="the server log's level (default: info)",
+    )
 
     access = p.add_argument_group("access control")
     access.add_argument(
@@ -274,6 +288,14 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         print(f"chatsieve serve: error: {msg}", file=sys.stderr)
         return 2
 
+    try:  # before anything imports them: a one-line answer instead of a traceback
+        for module in SERVER_EXTRA:
+            importlib.import_module(module)
+    except ImportError as e:
+        return fail(
+            f"{e}: `chatsieve serve` needs the server extra; install it with pip install -e '.[server]' "
+            "in a clone of chatsieve"
+        )
     for url in args.backend:
         if not url.startswith(("http://", "https://")):
             return fail(f"--backend must be an http(s) URL, got {url!r}")
@@ -314,13 +336,11 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         return fail("--response-store-max must be at least 1 and --response-store-max-age above 0")
     if args.max_model_len is not None and args.max_model_len < 2:
         return fail("--max-model-len must be at least 2")
-    try:
-        import uvicorn
+    import uvicorn
 
-        from chatsieve import formats
-        from chatsieve.server.app import create_app
-    except ImportError as e:
-        return fail(f"{e}; install the server extra: pip install 'chatsieve[server]'")
+    from chatsieve import formats
+    from chatsieve.server.app import create_app
+
     try:
         formats.get(args.format)
     except Exception as e:  # unknown format: the registry's message lists the known ones
@@ -348,13 +368,14 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             f"the GGUF {args.gguf} carries no chat template (tokenizer.chat_template): give "
             "--chat-template FILE, or --model-dir with the model's tokenizer and chat template"
         )
-    if args.gguf and args.model_dir:  # checked here too, so a mismatch is one clear line before uvicorn starts
-        from chatsieve.server.model_check import ModelMismatch, check_model
+    import asyncio
 
-        try:
-            check_model(Path(args.gguf), app.state.service.tokenizer)
-        except ModelMismatch as e:
-            return fail(str(e))
+    from chatsieve.server.model_check import StartupRefusal
+
+    try:  # before uvicorn starts, so a refusal is one clear line
+        asyncio.run(app.state.service.check_engine())
+    except StartupRefusal as e:
+        return fail(str(e))
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     options = {"host": args.host, "port": args.port, "log_level": args.log_level, **uvicorn_options(args)}
     if args.workers > 1:

@@ -66,7 +66,7 @@ from chatsieve.server.chunked_body import EXTENSION as CHUNKED_BODY
 from chatsieve.server.chunked_body import ChunkedBody
 from chatsieve.server.client import EngineHTTP
 from chatsieve.server.metrics import Metrics, MetricsMiddleware, observe_refusal
-from chatsieve.server.model_check import check_model, engine_model_path
+from chatsieve.server.model_check import check_engine_kind, check_model, engine_model_path
 from chatsieve.server.pool import ReplicaPool
 from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, SecurityPolicy
 
@@ -194,6 +194,7 @@ class ChatService:
         self._probe_lock = anyio.Lock()
         self._preparing: anyio.Semaphore | None = None
         self.metrics = Metrics()
+        self._engine_checked = False  # the start-up checks of the engine passed (check_engine)
 
 
     async def start(self) -> None:
@@ -215,13 +216,29 @@ class ChatService:
             await run_in_threadpool(self._warm_up)
 
     async def _check_model(self) -> None:
-        """Refuse to serve (ModelMismatch) when the engine's model has another vocabulary."""
+        """Refuse to serve (a StartupRefusal) when an engine names itself as another kind than
+        the configured one, or the engine's model has another vocabulary."""
+        if self._engine_checked:
+            return
+        assert self.probe is not None
+        for url in self.config.backend_urls:
+            await check_engine_kind(self.probe, url, self.config.backend_kind)
         path = self.config.gguf
         if path is None and self.config.check_engine_model and self.config.backend_kind == "llamacpp":
-            assert self.probe is not None
             path = await engine_model_path(self.probe, self.config.backend_url)
         if path is not None:
             await run_in_threadpool(check_model, Path(path), self.tokenizer)
+        self._engine_checked = True
+
+    async def check_engine(self) -> None:
+        """The start-up checks of the engine, before the server starts (`chatsieve serve` runs
+        them first, so a refusal is one line rather than a failed lifespan's traceback)."""
+        self.probe = httpx.AsyncClient(timeout=httpx.Timeout(5.0), limits=httpx.Limits(max_connections=4))
+        try:
+            await self._check_model()
+        finally:
+            await self.probe.aclose()
+            self.probe = None
 
     async def stop(self) -> None:
         if self.backend is not None:

@@ -137,7 +137,7 @@ class VllmReader(_Reader):
         if ids is None:
             if choice.get("text") or choice.get("finish_reason") is None:
                 raise BackendError(
-                    "vllm backend sent no token_ids: it must support return_token_ids (vLLM >= 0.10.2)"
+                    "vllm backend sent no token_ids: it must be vLLM >= 0.10.2 (return_token_ids); another engine needs its --backend-kind"
                 )
             ids = []
         ids = _ids(ids, "vllm")
@@ -400,7 +400,7 @@ def llamacpp_payload(req: GenerationRequest, model: str | None) -> dict:
     return p
 
 
-# OpenAI sampling field -> each engine's name for it (README: "Sampling fields").
+# OpenAI sampling field -> each engine's name for it (docs/serving.md, "Sampling fields").
 SAMPLING_FIELDS: dict[str, dict[str, str]] = {
     "top_k": {"vllm": "top_k", "sglang": "top_k", "llamacpp": "top_k"},
     "min_p": {"vllm": "min_p", "sglang": "min_p", "llamacpp": "min_p"},

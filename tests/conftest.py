@@ -1,6 +1,8 @@
+import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -13,3 +15,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # profile Hypothesis loaded, so the same examples database is used locally and in CI.
 settings.register_profile("chatsieve", parent=settings.get_profile("default"), print_blob=True)
 settings.load_profile("chatsieve")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_writes_to_the_users_cache(tmp_path_factory):
+    """What the tests start writes under a temp dir, never the user's own files: `chatsieve
+    serve`'s default response store is $XDG_CACHE_HOME/chatsieve/responses.sqlite3."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before

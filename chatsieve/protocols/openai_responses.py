@@ -18,6 +18,8 @@ What a request becomes (decisions where the API leaves room):
   and is left out -- named in the ``x-chatsieve-tools-left-out`` response header and the server log.
 - ``tool_choice`` / ``parallel_tool_calls`` / ``text.format`` take the chat-completions machinery
   (engine-enforced, see protocols/openai_chat.py); ``allowed_tools`` narrows the offered tools.
+  ``max_tool_calls: N`` returns the first N calls the model makes; later ones are dropped (named
+  in the server log), as ``parallel_tool_calls: false`` drops all but the first. It is echoed.
 - ``reasoning.effort`` ``none`` / ``minimal`` turns thinking off; for families that cannot (their
   template takes an effort instead, gpt-oss) it becomes that template's lowest effort, ``low``.
   ``low`` .. ``xhigh`` turn thinking on (and reach templates that take an effort); without an
@@ -49,6 +51,7 @@ from chatsieve.events import (
 )
 from chatsieve.messages import MessageError, normalize_messages
 from chatsieve.protocols.common import (
+    MAX_TOKENS_CEILING,
     ChatRequest,
     Fields,
     Outcome,
@@ -124,6 +127,7 @@ class ResponsesRequest:
     tool_choice: ToolChoice = ToolChoice("auto")
     tool_choice_echo: Any = "auto"
     parallel_tool_calls: bool = True
+    max_tool_calls: int | None = None  # calls returned at most; later ones are dropped
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -167,6 +171,7 @@ class ResponsesRequest:
             tools=self.offered or None,
             tool_choice=self.tool_choice,
             parallel_tool_calls=self.parallel_tool_calls,
+            max_tool_calls=self.max_tool_calls,
             max_tokens=self.max_output_tokens,
             temperature=self.temperature,
             top_p=self.top_p,
@@ -190,7 +195,7 @@ class ResponsesRequest:
             "incomplete_details": None,
             "instructions": self.instructions,
             "max_output_tokens": self.max_output_tokens,
-            "max_tool_calls": None,
+            "max_tool_calls": self.max_tool_calls,
             "model": model,
             "output": [],
             "parallel_tool_calls": self.parallel_tool_calls,
@@ -286,7 +291,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
     if include is not None and not (isinstance(include, list) and all(isinstance(s, str) for s in include)):
         raise RequestError("'include' must be an array of strings", param="include")
     top_logprobs = get.integer("top_logprobs", minimum=0, maximum=20) or 0
-    get.integer("max_tool_calls", minimum=1)
+    max_tool_calls = get.integer("max_tool_calls", minimum=1, maximum=MAX_TOKENS_CEILING)
 
     parallel = get.boolean("parallel_tool_calls")
     store = get.boolean("store")
@@ -304,6 +309,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
         tool_choice=tool_choice,
         tool_choice_echo=body.get("tool_choice") or "auto",
         parallel_tool_calls=True if parallel is None else parallel,
+        max_tool_calls=max_tool_calls,
         max_output_tokens=max_output_tokens,
         temperature=get.number("temperature", minimum=0.0, maximum=2.0),
         top_p=get.number("top_p", minimum=0.0, maximum=1.0),

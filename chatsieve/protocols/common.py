@@ -446,6 +446,8 @@ class ParsedRequest:
 
     chat: ChatRequest
     headers: tuple[tuple[str, str], ...] = ()
+    # called once the prompt is prepared, or the request refused (what only parsing needed goes)
+    after_prepare: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -480,7 +482,8 @@ class StreamEncoder(Protocol):
     def encode(self, events: Iterable[Event]) -> bytes: ...
 
     def finish(self, outcome: Outcome) -> bytes:
-        """Everything after the last event, up to the end of the stream."""
+        """Everything after the last event, up to the end of the stream. An encoder whose
+        `blocking` attribute is true (it stores the response) is finished in a worker thread."""
         ...
 
     def error(self, e: RequestError) -> bytes:
@@ -497,7 +500,10 @@ class Collector(Protocol):
 
     def apply(self, events: Iterable[Event]) -> None: ...
 
-    def body(self, outcome: Outcome) -> Mapping[str, Any]: ...
+    def body(self, outcome: Outcome) -> Mapping[str, Any] | bytes:
+        """The body: a JSON value, or its encoding. A collector whose `blocking` attribute is
+        true is asked for it in a worker thread."""
+        ...
 
 
 class ClientProtocol(Protocol):

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chatsieve._json import dumps
+from chatsieve._json import Raw, dumps, loads
 from chatsieve.events import (
     ContentDelta,
     Event,
@@ -713,7 +713,13 @@ class _Item:
         self.parts: list[str] = []
         self.call_id = call_id
         self.name = name
-        self.logprobs: list[dict] = []  # a message's token logprob entries, when asked for
+        # a message's token logprob entries, when asked for: their JSON, comma-separated, as they
+        # were sent (a long answer's entries as Python objects would be many times their size)
+        self.logprobs = bytearray()
+
+    def logprobs_json(self) -> Raw | list:
+        """The entries as one JSON array (spliced into the closing events as it is); [] for none."""
+        return Raw(b"[" + self.logprobs + b"]") if self.logprobs else []
 
 
 class ResponseStream:
@@ -723,6 +729,8 @@ class ResponseStream:
     change of kind closes the open item. `encode(events)` gives the SSE bytes of the deltas (an
     ``event:`` line and the JSON with its ``sequence_number``); with ``emit=False`` only the items
     are built (non-streaming). `output` is the finished items so far; `finish` closes the rest.
+    `response` is then the response object, its logprobs as encoded JSON (`_json.Raw`: `dumps`
+    writes it); `final` the same decoded.
     """
 
     def __init__(
@@ -747,7 +755,12 @@ class ResponseStream:
         self._calls: dict[int, _Item] = {}  # parser call index -> its open item
         self._buf: list[bytes] = []
         self._index: dict[str, int] = {}  # item id -> output_index
-        self.final: dict | None = None
+        self.response: dict | None = None
+
+    @property
+    def final(self) -> dict | None:
+        """The response object as plain JSON values (its logprobs decoded)."""
+        return None if self.response is None else loads(dumps(self.response))
 
     # -- the wire
 
@@ -822,9 +835,10 @@ class ResponseStream:
             return
         entries = b"[]"
         if lps:
-            got = logprob_entries(lps, self.top_logprobs, self.token_bytes)
-            item.logprobs += got
-            entries = dumps(got)
+            entries = dumps(logprob_entries(lps, self.top_logprobs, self.token_bytes))
+            if item.logprobs:
+                item.logprobs += b","
+            item.logprobs += memoryview(entries)[1:-1]
             lps.clear()
         if self.emit:
             text = dumps(run[0] if len(run) == 1 else "".join(run))
@@ -897,8 +911,10 @@ class ResponseStream:
         text = "".join(item.parts)
         where = {"item_id": item.id, "output_index": item.index, "content_index": 0}
         if item.kind == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": item.logprobs}
-            self._event("response.output_text.done", {**where, "text": text, "logprobs": item.logprobs})
+            logprobs = item.logprobs_json()
+            item.logprobs = bytearray()
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
+            self._event("response.output_text.done", {**where, "text": text, "logprobs": logprobs})
             done = {
                 "id": item.id,
                 "type": "message",
@@ -966,16 +982,16 @@ class ResponseStream:
         """Close the open items, then ``response.completed`` (or ``response.incomplete``)."""
         self.close_items(cut=incomplete_reason is not None)
         status = "incomplete" if incomplete_reason else "completed"
-        self.final = response_object(
+        self.response = response_object(
             self.skeleton, self.output, status=status, usage=usage, incomplete_reason=incomplete_reason
         )
-        self._event(f"response.{status}", {"response": self.final})
+        self._event(f"response.{status}", {"response": self.response})
         return self._take()
 
     def fail(self, message: str, *, code: str = "server_error", usage: dict | None = None) -> bytes:
         """An ``error`` event, then ``response.failed`` with the items finished so far."""
         self._event("error", {"code": code, "message": message, "param": None})
-        self.final = response_object(
+        self.response = response_object(
             # the response's error.code is one of OpenAI's fixed set: ours goes in the error event
             self.skeleton,
             self.output,
@@ -983,7 +999,7 @@ class ResponseStream:
             usage=usage,
             error={"code": "server_error", "message": message},
         )
-        self._event("response.failed", {"response": self.final})
+        self._event("response.failed", {"response": self.response})
         return self._take()
 
 
@@ -1039,7 +1055,12 @@ class ResponsesParsed(ParsedRequest):
 
 
 class _Outcomes:
-    """Shared by the encoder and the collector: the response's skeleton and its ending."""
+    """Shared by the encoder and the collector: the response's skeleton and its ending.
+
+    Closing a response stores it (`keep`) and counts its reasoning tokens, so `finish` / `body`
+    block: the runner calls them in a worker thread (`blocking`)."""
+
+    blocking = True
 
     def __init__(self, parsed: ResponsesParsed, info: ResponseInfo, emit: bool) -> None:
         assert parsed.request is not None
@@ -1067,8 +1088,8 @@ class _Outcomes:
             usage=usage(outcome.prompt_tokens, outcome.completion_tokens, spent),
             incomplete_reason="max_output_tokens" if cut else None,
         )
-        if self.parsed.keep is not None and self.out.final is not None:
-            self.parsed.keep(self.out.final)  # before the client can learn the id is finished
+        if self.parsed.keep is not None and self.out.response is not None:
+            self.parsed.keep(self.out.response)  # before the client can learn the id is finished
         return data
 
 
@@ -1103,10 +1124,11 @@ class ResponsesCollector(_Outcomes):
     def apply(self, events: Iterable[Event]) -> None:
         self.out.encode(events)
 
-    def body(self, outcome: Outcome) -> dict:
+    def body(self, outcome: Outcome) -> bytes:
+        """The response object's JSON."""
         self._close(outcome)
-        assert self.out.final is not None
-        return self.out.final
+        assert self.out.response is not None
+        return dumps(self.out.response)
 
 
 class OpenAIResponses:

@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
+from chatsieve import StreamParser, formats, load_tokenizer, prefix_cache, render_prompt
 from chatsieve.call_list import CallListParser
 from chatsieve.events import ContentDelta, Event, ToolCallStart
 from chatsieve.grammar import reasoning_close
@@ -68,7 +68,13 @@ from chatsieve.server.client import EngineHTTP
 from chatsieve.server.metrics import Metrics, MetricsMiddleware, observe_refusal
 from chatsieve.server.model_check import check_engine_kind, check_model, engine_model_path
 from chatsieve.server.pool import ReplicaPool
-from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, SecurityPolicy
+from chatsieve.server.security import (
+    REQUEST_ID_KEY,
+    SecurityMiddleware,
+    SecurityPolicy,
+    caller_of,
+    log_safe,
+)
 
 log = logging.getLogger("chatsieve.server")
 
@@ -95,6 +101,11 @@ class ServerConfig:
     response_store: str = ":memory:"
     response_store_max: int = 10_000  # responses kept, the oldest evicted first
     response_store_max_age: float = 30 * 24 * 3600.0  # seconds a stored response is kept
+    response_store_max_bytes: int = 1 << 30  # the stored rows' JSON, the oldest evicted first
+    # what a continuation (previous_response_id) may load: items, and bytes (None: max_body_bytes,
+    # what one request could send instead)
+    response_chain_max_items: int = 10_000
+    response_chain_max_bytes: int | None = None
     max_concurrent_prompts: int = 8  # prompts prepared at once (render, isolate, tokenize, grammar)
     prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
     chat_template: Path | None = None  # --chat-template: replaces the model directory's template
@@ -144,6 +155,8 @@ class ServerConfig:
 
 
 # Where model directories state their context length (config.json; text_config for multimodal).
+# A body this large is decoded and parsed in a worker thread, not on the event loop.
+OFF_LOOP_BYTES = 32 * 1024
 # A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
 # the renderings, encodings and copies it used are many times the request's size.
 TRIM_AFTER_TOKENS = 50_000
@@ -161,11 +174,30 @@ def _libc() -> Any:
         return None
 
 
+def _in_partition(partition: str, work: Callable[..., Any], *args: Any) -> Any:
+    with prefix_cache.partition(partition):
+        return work(*args)
+
+
 def _trim_heap() -> None:
     """glibc's malloc_trim: free heap pages back to the system (a no-op elsewhere)."""
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD = 128 * 1024  # glibc's default, kept fixed
+
+
+def _fix_mmap_threshold() -> None:
+    """Blocks of 128 KiB and more (a request's long strings, a loaded conversation) are mapped
+    and unmapped on their own, so freeing one gives its memory back at once. glibc otherwise
+    raises the threshold to the largest block freed, after which such blocks stay in the worker
+    threads' arenas: eight continuations of a 4 MB conversation left about 100 MB resident."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 class ChatService:
@@ -198,6 +230,7 @@ class ChatService:
 
 
     async def start(self) -> None:
+        _fix_mmap_threshold()
         self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
         self.client = EngineHTTP(
             max_connections=self.config.max_connections, read_timeout=self.config.timeout
@@ -299,8 +332,10 @@ class ChatService:
 
     # ------------------------------------------------------------ one request
 
-    async def prepare(self, req: ChatRequest) -> Generation:
+    async def prepare(self, req: ChatRequest, partition: str = "") -> Generation:
         """Render the prompt and set up parser and backend request; RequestError on bad input.
+        `partition` (the caller's id) is the prompt cache's: a prompt reuses only prefixes that
+        prompts of the same partition left (`prefix_cache.partition`).
 
         Every route's request goes through here. The work (rendering, isolation, tokenizing, the
         grammar) runs in a worker thread, so no request holds up the event loop, and at most
@@ -321,7 +356,7 @@ class ChatService:
             )
         try:
             try:
-                gen = await run_in_threadpool(self._prepare, req)
+                gen = await run_in_threadpool(_in_partition, partition, self._prepare, req)
             except RequestError as e:
                 observe_refusal(self.metrics, e.code)
                 raise
@@ -630,6 +665,18 @@ class Generation:
 PROTOCOL_PREFIXES: tuple[tuple[str, ClientProtocol], ...] = (("/v1/messages", ANTHROPIC),)
 
 
+def parse_body(raw: bytes, parse: Callable[[Any, RequestLimits], ParsedRequest],
+               limits: RequestLimits) -> ParsedRequest:
+    """A request body decoded and parsed; RequestError for invalid or too deeply nested JSON."""
+    try:
+        body = json.loads(raw)
+    except ValueError as e:
+        raise RequestError(f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise RequestError(json_depth_message(limits.max_json_depth), code="too_deeply_nested") from None
+    return parse(body, limits)
+
+
 def protocol_for_path(path: str) -> ClientProtocol:
     """The protocol whose error shape a response on `path` takes (OpenAI's by default)."""
     for prefix, protocol in PROTOCOL_PREFIXES:
@@ -746,49 +793,68 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     """The app for `config`; `tokenizer` (a chatsieve Tokenizer) skips loading from model_dir."""
     service = ChatService(config, tokenizer)
     from chatsieve.server.response_store import ResponseStore
-    from chatsieve.server.responses_api import responses_routes
+    from chatsieve.server.responses_api import ChainBounds, responses_routes
 
     store = ResponseStore(
-        config.response_store, max_responses=config.response_store_max, max_age=config.response_store_max_age
+        config.response_store, max_responses=config.response_store_max, max_age=config.response_store_max_age,
+        max_bytes=config.response_store_max_bytes,
     )
+    chain_bounds = ChainBounds(config.response_chain_max_items,
+                               config.response_chain_max_bytes or config.security.max_body_bytes,
+                               wait=config.prompt_queue_timeout)
 
     async def prepared(
-        request: Request, protocol: ClientProtocol, parse: Callable[[Any, RequestLimits], ParsedRequest]
+        request: Request, protocol: ClientProtocol, parse: Callable[[Any, RequestLimits], ParsedRequest],
+        blocking: bool = False,
     ) -> tuple[ParsedRequest, Generation] | Response:
         """The request parsed by `parse`, its model checked and its generation prepared; or the
-        error response, in the protocol's shape."""
+        error response, in the protocol's shape. A body over OFF_LOOP_BYTES, or any body when
+        `parse` blocks (it reads the response store), is decoded and parsed in a worker thread.
+        The parsed request comes back without its messages (they were for the prompt, and are not
+        held while the answer is generated); its `after_prepare` then runs in a worker thread."""
+        parsed: list[ParsedRequest] = []
+        try:
+            return await _prepared(request, protocol, parse, blocking, parsed)
+        finally:
+            after = parsed[0].after_prepare if parsed else None
+            parsed.clear()
+            if after is not None:
+                await run_in_threadpool(after)
+
+    async def _prepared(
+        request: Request, protocol: ClientProtocol, parse: Callable[[Any, RequestLimits], ParsedRequest],
+        blocking: bool, out: list[ParsedRequest],
+    ) -> tuple[ParsedRequest, Generation] | Response:
         rid = request.scope.get(REQUEST_ID_KEY, "")
         raw = await request.body()
         try:
-            body = json.loads(raw)
-        except ValueError as e:
-            return error_response(protocol, RequestError(f"the request body is not valid JSON: {e}"))
-        except RecursionError:
-            message = json_depth_message(service.limits.max_json_depth)
-            log.info("%s refused: %s", rid, message)
-            return error_response(protocol, RequestError(message, code="too_deeply_nested"))
-        try:
-            parsed = parse(body, service.limits)
+            if blocking or len(raw) > OFF_LOOP_BYTES:
+                parsed = await run_in_threadpool(parse_body, raw, parse, service.limits)
+            else:
+                parsed = parse_body(raw, parse, service.limits)
+            out.append(parsed)
             service.check_model(parsed.chat.model)
-            gen = await service.prepare(parsed.chat)
+            gen = await service.prepare(parsed.chat, caller_of(request.scope).id)
             gen.request_id = rid
         except RequestError as e:
             if e.code == "too_deeply_nested":
-                log.info("%s refused: %s", rid, e.message)
+                log.info("%s refused: %s", rid, log_safe(e.message))
             return error_response(protocol, e)
         except Exception:
             log.exception("%s failed to prepare the request", rid)
             return error_response(protocol, internal_error("preparing the request", rid))
-        return parsed, gen
+        return dataclasses.replace(parsed, chat=dataclasses.replace(parsed.chat, messages=[])), gen
 
     async def run(
         request: Request,
         protocol: ClientProtocol,
         parse: Callable[[Any, RequestLimits], ParsedRequest] | None = None,
+        blocking: bool = False,
     ) -> Response:
         """One generation request of any protocol: streamed or whole, cancelled on disconnect;
-        `parse` replaces `protocol.parse` for a request that needs more than its body."""
-        got = await prepared(request, protocol, parse or protocol.parse)
+        `parse` replaces `protocol.parse` for a request that needs more than its body (`blocking`:
+        it does I/O, and runs in a worker thread)."""
+        got = await prepared(request, protocol, parse or protocol.parse, blocking)
         if isinstance(got, Response):
             return got
         parsed, gen = got
@@ -799,7 +865,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         )
         headers = dict(parsed.headers)
         if headers:
-            log.info("%s %s", gen.request_id, ", ".join(f"{k}: {v}" for k, v in headers.items()))
+            log.info("%s %s", gen.request_id, log_safe(", ".join(f"{k}: {v}" for k, v in headers.items()), 2000))
         if parsed.chat.stream:
             encoder = protocol.encoder(parsed, info)
             return EventStreamResponse(
@@ -862,7 +928,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
 
     async def server_error(request: Request, exc: Exception) -> Response:
         rid = request.scope.get(REQUEST_ID_KEY, "")
-        log.error("%s unexpected %s: %s", rid, type(exc).__name__, exc)
+        log.error("%s unexpected %s: %s", rid, type(exc).__name__, log_safe(str(exc)))
         return error_response(protocol_for_path(request.url.path), internal_error("", rid))
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -885,7 +951,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/v1/messages", messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-            *responses_routes(service, store, run),
+            *responses_routes(service, store, run, chain_bounds),
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/models/{model:path}", model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
@@ -934,13 +1000,19 @@ async def _complete(
     try:
         async for events in gen.events():
             collector.apply(events)
+        if getattr(collector, "blocking", False):  # it stores the response
+            body = await run_in_threadpool(collector.body, gen.outcome)
+        else:
+            body = collector.body(gen.outcome)
     except BackendError as e:
-        log.warning("%s backend failed: %s", gen.request_id, e)
+        log.warning("%s backend failed: %s", gen.request_id, log_safe(str(e)))
         return error_response(protocol, backend_failure(e, gen.request_id))
     except Exception:
         log.exception("%s generation failed", gen.request_id)
         return error_response(protocol, internal_error("during generation", gen.request_id))
-    return JSONResponse(collector.body(gen.outcome), headers=headers)
+    if isinstance(body, bytes):
+        return Response(body, media_type="application/json", headers=headers)
+    return JSONResponse(body, headers=headers)
 
 
 class _Pending:
@@ -1028,7 +1100,7 @@ async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder, o
             async for batch in events:
                 deliver(batch)
     except BackendError as e:
-        log.warning("%s backend failed mid-stream: %s", gen.request_id, e)
+        log.warning("%s backend failed mid-stream: %s", gen.request_id, log_safe(str(e)))
         pending.close(encoder.error(backend_failure(e, gen.request_id)))
     except Exception:
         log.exception("%s generation failed mid-stream", gen.request_id)
@@ -1078,7 +1150,12 @@ async def _stream(gen: Generation, encoder: StreamEncoder, ping_interval: float 
                     events += more
                 data = encoder.encode(events) if events else b""
                 if end is not None:
-                    await out.write(data + (end or encoder.finish(gen.outcome)))
+                    if not end:  # a normal end: the encoder's closing events
+                        if getattr(encoder, "blocking", False):  # it stores the response
+                            end = await run_in_threadpool(encoder.finish, gen.outcome)
+                        else:
+                            end = encoder.finish(gen.outcome)
+                    await out.write(data + end)
                     break
                 if data:
                     await out.write(data)

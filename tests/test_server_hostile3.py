@@ -292,6 +292,52 @@ def test_a_large_body_is_decoded_and_parsed_off_the_event_loop(server, monkeypat
     assert r.status_code in (200, 400), r.text  # answered (too long for the context is fine)
 
 
+MANY = 5_000  # parts in a body: each a dict or two for the cyclic collector to walk
+MANY_PARTS = {
+    "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "[hi]"}]}] * MANY,
+                                      "max_tokens": 4}),
+    "messages": ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "text", "text": "[hi]"}] * MANY}],
+                                  "max_tokens": 4}),
+    "count_tokens": ("/v1/messages/count_tokens",
+                     {"messages": [{"role": "user", "content": [{"type": "text", "text": "[hi]"}] * MANY}]}),
+    "responses": ("/v1/responses", {"input": [{"role": "user", "content": "[hi]"}] * MANY, "reasoning": OFF}),
+}
+
+
+@pytest.mark.parametrize("refused_at", ["parse", "prompt"])
+@pytest.mark.parametrize("route", sorted(MANY_PARTS))
+def test_a_refused_body_is_freed_at_once_not_by_the_cycle_collector(server, route, refused_at, caplog):
+    """A refusal raised in a worker thread held the request's whole body in a reference cycle
+    (through the awaited future) until the cyclic collector walked it, GIL held, on two busy cores
+    for up to a second at a time."""
+    import gc
+    import time
+
+    caplog.set_level(logging.INFO, logger="chatsieve.access")
+    path, body = MANY_PARTS[route]
+    if refused_at == "parse":
+        body = {**body, "temperature": "hot"}
+    gc.collect()
+    gc.disable()
+    try:
+        r = httpx.post(server + path, json={"model": MODEL, **body}, headers=x_api_key("sk-alice"), timeout=60)
+        # a small request next: its preparation takes the worker thread the refusal came from,
+        # which holds the last exception it raised until then
+        small = httpx.post(server + "/v1/chat/completions", headers=x_api_key("sk-alice"), timeout=60, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "[hi]"}], "max_tokens": 4})
+        rids = (r.headers["x-request-id"], small.headers["x-request-id"])
+        deadline = time.monotonic() + 30  # an access log line is written once its route has returned
+        while time.monotonic() < deadline and not all(
+                any(rid in rec.getMessage() for rec in caplog.records) for rid in rids):
+            time.sleep(0.01)
+        collected = gc.collect()
+    finally:
+        gc.enable()
+    assert r.status_code == 400, r.text
+    assert ("context is" in r.json()["error"]["message"]) is (refused_at == "prompt"), r.text
+    assert collected < MANY // 2, collected
+
+
 # ---------------------------------------------------------------- 4: the store's size
 
 

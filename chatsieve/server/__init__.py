@@ -289,6 +289,16 @@ def _engine_gguf(args: argparse.Namespace) -> Path | None:
     return asyncio.run(ask())
 
 
+def _freeze_startup_objects() -> None:
+    """What start-up made (the tokenizer's tables, the modules) lives as long as the server: moved
+    out of the cyclic garbage collector's sight, so no collection walks it again (about 0.1 s per
+    full collection otherwise)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def serve_main(argv: Sequence[str] | None = None) -> int:
     """Run the server until interrupted; 2 with a one-line error on bad arguments."""
     args = build_parser().parse_args(argv)
@@ -390,6 +400,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(app.state.service.check_engine())
     except StartupRefusal as e:
         return fail(str(e))
+    _freeze_startup_objects()
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     options = {"host": args.host, "port": args.port, "log_level": args.log_level, **uvicorn_options(args)}
     if args.workers > 1:

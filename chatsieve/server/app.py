@@ -12,11 +12,14 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import json
 import logging
 import os
+import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,6 +177,60 @@ def _libc() -> Any:
         return None
 
 
+_gc_lock = threading.Lock()
+_gc_holds = 0  # large requests being parsed and prepared now
+_gc_was_enabled = False
+_gc_off_since = 0.0
+MAX_GC_OFF = 60.0  # seconds: under steady large traffic, cyclic collection runs again past this
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """No cyclic garbage collection while a large request is parsed and prepared (for at most
+    MAX_GC_OFF seconds at a time, however many overlap). Its body becomes hundreds of thousands of
+    short-lived dicts and lists, which reference counting frees; every full collection meanwhile
+    walks all of them with the GIL held (0.1-0.85 s each, measured with 4 MB bodies on two busy
+    cores), and /health waited that long."""
+    global _gc_holds, _gc_was_enabled, _gc_off_since
+    with _gc_lock:
+        _gc_holds += 1
+        if _gc_holds == 1:
+            _gc_was_enabled, _gc_off_since = gc.isenabled(), time.monotonic()
+            gc.disable()
+        elif _gc_was_enabled and time.monotonic() - _gc_off_since > MAX_GC_OFF:
+            gc.enable()
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_holds -= 1
+            if _gc_holds == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+async def _refusable(work: Callable[..., Any], *args: Any) -> Any:
+    """`work(*args)` in a worker thread; a RequestError it raises is raised here without the
+    worker's frames. Raised across the thread, it would be held in a reference cycle (its traceback
+    holds the awaiting frame, which holds the future, which holds it) with every frame it passed
+    and their locals (a request's whole body, its messages) until the cyclic collector found it,
+    which walks all of that with the GIL held."""
+
+    def call() -> tuple[Any, RequestError | None]:
+        try:
+            return work(*args), None
+        except RequestError as e:
+            e.__traceback__ = e.__context__ = e.__cause__ = None
+            return None, e
+
+    result, error = await run_in_threadpool(call)
+    if error is not None:
+        try:
+            raise error
+        finally:
+            error = None  # this frame, in the traceback, must not hold it too
+    return result
+
+
 def _in_partition(partition: str, work: Callable[..., Any], *args: Any) -> Any:
     with prefix_cache.partition(partition):
         return work(*args)
@@ -186,6 +243,12 @@ def _trim_heap() -> None:
         libc.malloc_trim(0)
 
 
+# How often a thread holding the GIL is asked to let another run (Python's default is 5 ms). The
+# event loop shares the GIL with the worker threads that parse and prepare requests; it needs it
+# back after every system call, and with several workers busy each time could cost it 5 ms or
+# more: /health took 0.5-0.9 s while five 4 MB bodies were prepared on two busy cores, 0.16-0.44 s
+# with 1 ms.
+SWITCH_INTERVAL = 0.001
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_THRESHOLD = 128 * 1024  # glibc's default, kept fixed
 
@@ -231,6 +294,7 @@ class ChatService:
 
     async def start(self) -> None:
         _fix_mmap_threshold()
+        sys.setswitchinterval(SWITCH_INTERVAL)
         self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
         self.client = EngineHTTP(
             max_connections=self.config.max_connections, read_timeout=self.config.timeout
@@ -356,7 +420,7 @@ class ChatService:
             )
         try:
             try:
-                gen = await run_in_threadpool(_in_partition, partition, self._prepare, req)
+                gen = await _refusable(_in_partition, partition, self._prepare, req)
             except RequestError as e:
                 observe_refusal(self.metrics, e.code)
                 raise
@@ -809,30 +873,37 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     ) -> tuple[ParsedRequest, Generation] | Response:
         """The request parsed by `parse`, its model checked and its generation prepared; or the
         error response, in the protocol's shape. A body over OFF_LOOP_BYTES, or any body when
-        `parse` blocks (it reads the response store), is decoded and parsed in a worker thread.
+        `parse` blocks (it reads the response store), is decoded and parsed in a worker thread,
+        and a large one without cyclic garbage collection meanwhile (`_no_cycle_collection`).
         The parsed request comes back without its messages (they were for the prompt, and are not
-        held while the answer is generated); its `after_prepare` then runs in a worker thread."""
-        parsed: list[ParsedRequest] = []
-        try:
-            return await _prepared(request, protocol, parse, blocking, parsed)
-        finally:
-            after = parsed[0].after_prepare if parsed else None
-            parsed.clear()
-            if after is not None:
-                await run_in_threadpool(after)
+        held while the answer is generated: a large one is let go of in a worker thread); its
+        `after_prepare` then runs in a worker thread, even if the request was cancelled."""
+        raw = await request.body()
+        large = len(raw) > OFF_LOOP_BYTES
+        held: list[ParsedRequest] = []
+        with _no_cycle_collection() if large else contextlib.nullcontext():
+            try:
+                return await _prepared(request, protocol, parse, blocking or large, raw, held)
+            finally:
+                after = held[0].after_prepare if held else None
+                with anyio.CancelScope(shield=True):
+                    if large:  # gone before collection resumes, and not on the event loop
+                        await run_in_threadpool(held.clear)
+                    held.clear()
+                    if after is not None:
+                        await run_in_threadpool(after)
 
     async def _prepared(
         request: Request, protocol: ClientProtocol, parse: Callable[[Any, RequestLimits], ParsedRequest],
-        blocking: bool, out: list[ParsedRequest],
+        off_loop: bool, raw: bytes, held: list[ParsedRequest],
     ) -> tuple[ParsedRequest, Generation] | Response:
         rid = request.scope.get(REQUEST_ID_KEY, "")
-        raw = await request.body()
         try:
-            if blocking or len(raw) > OFF_LOOP_BYTES:
-                parsed = await run_in_threadpool(parse_body, raw, parse, service.limits)
+            if off_loop:
+                parsed = await _refusable(parse_body, raw, parse, service.limits)
             else:
                 parsed = parse_body(raw, parse, service.limits)
-            out.append(parsed)
+            held.append(parsed)
             service.check_model(parsed.chat.model)
             gen = await service.prepare(parsed.chat, caller_of(request.scope).id)
             gen.request_id = rid
@@ -989,9 +1060,11 @@ def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
 
 def app_from_environ() -> Starlette:
     """The app for the configuration `chatsieve serve --workers N` put in the environment."""
-    from chatsieve.server import CONFIG_ENV
+    from chatsieve.server import CONFIG_ENV, _freeze_startup_objects
 
-    return create_app(ServerConfig.from_json(os.environ[CONFIG_ENV]))
+    app = create_app(ServerConfig.from_json(os.environ[CONFIG_ENV]))
+    _freeze_startup_objects()
+    return app
 
 
 async def _complete(

@@ -482,8 +482,10 @@ class StreamEncoder(Protocol):
     def encode(self, events: Iterable[Event]) -> bytes: ...
 
     def finish(self, outcome: Outcome) -> bytes:
-        """Everything after the last event, up to the end of the stream. An encoder whose
-        `blocking` attribute is true (it stores the response) is finished in a worker thread."""
+        """Everything after the last event, up to the end of the stream. An encoder may offer
+        `finish_parts(outcome)` too, an iterator of the same bytes in parts: the runner then asks
+        for each part in a worker thread (making it may block: Responses stores the response) and
+        writes it before asking for the next."""
         ...
 
     def error(self, e: RequestError) -> bytes:

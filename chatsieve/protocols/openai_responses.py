@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -722,6 +722,10 @@ class _Item:
         return Raw(b"[" + self.logprobs + b"]") if self.logprobs else []
 
 
+def _sse(kind: str, payload: dict) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + dumps(payload) + b"\n\n"
+
+
 class ResponseStream:
     """Parser events (already filtered) to Responses output items, and to their event stream.
 
@@ -754,6 +758,7 @@ class ResponseStream:
         self._open: _Item | None = None
         self._calls: dict[int, _Item] = {}  # parser call index -> its open item
         self._buf: list[bytes] = []
+        self._later: list[tuple[str, dict]] | None = None  # events kept unencoded (finish_parts)
         self._index: dict[str, int] = {}  # item id -> output_index
         self.response: dict | None = None
 
@@ -767,7 +772,10 @@ class ResponseStream:
     def _event(self, kind: str, fields: dict) -> None:
         if self.emit:
             payload = {"type": kind, "sequence_number": self.seq, **fields}
-            self._buf.append(b"event: " + kind.encode() + b"\ndata: " + dumps(payload) + b"\n\n")
+            if self._later is not None:
+                self._later.append((kind, payload))
+            else:
+                self._buf.append(_sse(kind, payload))
         self.seq += 1
 
     def _take(self) -> bytes:
@@ -980,13 +988,35 @@ class ResponseStream:
 
     def finish(self, *, usage: dict, incomplete_reason: str | None = None) -> bytes:
         """Close the open items, then ``response.completed`` (or ``response.incomplete``)."""
-        self.close_items(cut=incomplete_reason is not None)
-        status = "incomplete" if incomplete_reason else "completed"
-        self.response = response_object(
-            self.skeleton, self.output, status=status, usage=usage, incomplete_reason=incomplete_reason
-        )
-        self._event(f"response.{status}", {"response": self.response})
-        return self._take()
+        return b"".join(self.finish_parts(usage=usage, incomplete_reason=incomplete_reason))
+
+    def finish_parts(
+        self, *, usage: dict, incomplete_reason: str | None = None, stored: Callable[[dict], None] | None = None
+    ) -> Iterator[bytes]:
+        """`finish`'s bytes an event at a time, each encoded when asked for: a long answer's
+        logprob entries are in four of them, which need not all exist at once. `stored(response)`
+        is called before the last event (the one that tells a client the response is done)."""
+        if self._buf:
+            yield self._take()
+        self._later = []
+        try:
+            self.close_items(cut=incomplete_reason is not None)
+            status = "incomplete" if incomplete_reason else "completed"
+            self.response = response_object(
+                self.skeleton, self.output, status=status, usage=usage, incomplete_reason=incomplete_reason
+            )
+            self._event(f"response.{status}", {"response": self.response})
+            later, self._later = self._later, None
+        finally:
+            self._later = None
+        while later:
+            kind, payload = later.pop(0)
+            if not later and stored is not None:
+                stored(self.response)
+            data = _sse(kind, payload)
+            del payload
+            yield data
+            del data
 
     def fail(self, message: str, *, code: str = "server_error", usage: dict | None = None) -> bytes:
         """An ``error`` event, then ``response.failed`` with the items finished so far."""
@@ -1057,8 +1087,9 @@ class ResponsesParsed(ParsedRequest):
 class _Outcomes:
     """Shared by the encoder and the collector: the response's skeleton and its ending.
 
-    Closing a response stores it (`keep`) and counts its reasoning tokens, so `finish` / `body`
-    block: the runner calls them in a worker thread (`blocking`)."""
+    Closing a response stores it (`keep`) and counts its reasoning tokens, so closing blocks: the
+    runner asks for the encoder's `finish_parts` and the collector's `body` (`blocking`) in a
+    worker thread."""
 
     blocking = True
 
@@ -1075,7 +1106,8 @@ class _Outcomes:
             token_bytes=info.token_bytes,
         )
 
-    def _close(self, outcome: Outcome) -> bytes:
+    def _ending(self, outcome: Outcome) -> tuple[dict, str | None]:
+        """(usage, incomplete reason) of the finished response."""
         reasoning = "".join(
             p["text"] for item in self.out.output if item["type"] == "reasoning" for p in item["content"]
         )
@@ -1084,13 +1116,7 @@ class _Outcomes:
         # before the first content or call) takes in the batch the content began in
         spent = count(reasoning) if reasoning and count else outcome.reasoning_tokens
         cut = outcome.finish_reason == "length"
-        data = self.out.finish(
-            usage=usage(outcome.prompt_tokens, outcome.completion_tokens, spent),
-            incomplete_reason="max_output_tokens" if cut else None,
-        )
-        if self.parsed.keep is not None and self.out.response is not None:
-            self.parsed.keep(self.out.response)  # before the client can learn the id is finished
-        return data
+        return usage(outcome.prompt_tokens, outcome.completion_tokens, spent), "max_output_tokens" if cut else None
 
 
 class ResponsesEncoder(_Outcomes):
@@ -1106,7 +1132,13 @@ class ResponsesEncoder(_Outcomes):
         return self.out.encode(events)
 
     def finish(self, outcome: Outcome) -> bytes:
-        return self._close(outcome)
+        return b"".join(self.finish_parts(outcome))
+
+    def finish_parts(self, outcome: Outcome) -> Iterator[bytes]:
+        """The closing events one at a time, each encoded when asked for; the response is stored
+        (`keep`) before the last, which tells the client it is done."""
+        usage_, reason = self._ending(outcome)
+        yield from self.out.finish_parts(usage=usage_, incomplete_reason=reason, stored=self.parsed.keep)
 
     def error(self, e: RequestError) -> bytes:
         return self.out.fail(e.message, code=e.code or "server_error")
@@ -1125,9 +1157,12 @@ class ResponsesCollector(_Outcomes):
         self.out.encode(events)
 
     def body(self, outcome: Outcome) -> bytes:
-        """The response object's JSON."""
-        self._close(outcome)
+        """The response object's JSON (stored first, with `keep`)."""
+        usage_, reason = self._ending(outcome)
+        self.out.finish(usage=usage_, incomplete_reason=reason)
         assert self.out.response is not None
+        if self.parsed.keep is not None:
+            self.parsed.keep(self.out.response)
         return dumps(self.out.response)
 
 

@@ -1233,12 +1233,18 @@ async def _stream(gen: Generation, encoder: StreamEncoder, ping_interval: float 
                     events += more
                 data = encoder.encode(events) if events else b""
                 if end is not None:
-                    if not end:  # a normal end: the encoder's closing events
-                        if getattr(encoder, "blocking", False):  # it stores the response
-                            end = await run_in_threadpool(encoder.finish, gen.outcome)
-                        else:
-                            end = encoder.finish(gen.outcome)
-                    await out.write(data + end)
+                    parts = getattr(encoder, "finish_parts", None)
+                    if not end and parts is not None:
+                        # the closing events one at a time, each made (and the response stored)
+                        # in a worker thread and written before the next is made
+                        if data:
+                            await out.write(data)
+                        closing = parts(gen.outcome)
+                        while (part := await run_in_threadpool(next, closing, None)) is not None:
+                            await out.write(part)
+                            del part  # not held while the next is made
+                        break
+                    await out.write(data + (end or encoder.finish(gen.outcome)))
                     break
                 if data:
                     await out.write(data)

@@ -16,7 +16,8 @@ previous_response_id chain against the bytes sent (each step a big reasoning ite
 template drops, and a short question); the server's peak memory while 8 tiny continuations of
 that chain's last response run at once; the same for a chain of 3.9 MB steps (as many as the
 server takes); and a streamed Responses answer of 100k tokens with 3 logprob alternatives each:
-the server's peak growth against the closing events' size (chat completions beside it).
+the server's peak growth against the closing events' size and the last event's (response.completed;
+chat completions beside it).
 
 Linux only (/proc). Figures vary with the allocator's reuse: compare rows of one run.
 """
@@ -150,7 +151,7 @@ def logprob_stream_memory(models: Path, tok, tokens: int) -> None:
     end = tok.encode("<|im_end|>")
     engine = FakeEngine(tok.decode, {"[lp]": Script([*ids, *end], batch=64)})
     print(f"\n| streamed answer, {tokens} tokens, 3 alternatives | peak above idle, MB | closing events, MB | "
-          "peak / closing |\n|---|---|---|---|")
+          "the closing event (the last), MB | peak / the closing event |\n|---|---|---|---|---|")
     with ServerThread(engine.app) as eng, serve_process(
         "--model-dir", str(models / "qwen3"), "--format", "qwen3", "--backend", eng.url,
         "--served-model-name", "bench", "--response-store", ":memory:", "--log-level", "warning",
@@ -175,8 +176,9 @@ def logprob_stream_memory(models: Path, tok, tokens: int) -> None:
             peak = (status_kb(proc.pid, "VmHWM") - base) / 1024
             at = got.rfind(marker)
             closing = (len(got) - got.rfind(b"\n\n", 0, at) if at >= 0 else 0) / 1e6
-            ratio = f"{peak / closing:.1f}x" if closing > 0.01 else "-"
-            print(f"| {name} | {peak:.0f} | {closing:.1f} | {ratio} |", flush=True)
+            last = (len(got) - got.rfind(b"\n\n", 0, len(got) - 2)) / 1e6  # the final event
+            ratio = f"{peak / last:.1f}x" if last > 0.01 else "-"
+            print(f"| {name} | {peak:.0f} | {closing:.1f} | {last:.1f} | {ratio} |", flush=True)
 
 
 def main() -> None:
@@ -204,7 +206,7 @@ def main() -> None:
     with ServerThread(engine.app) as eng, serve_process(
         "--model-dir", str(models / "qwen3"), "--format", "qwen3", "--backend", eng.url,
         "--served-model-name", "bench", "--max-model-len", str(args.context),
-        "--max-request-bytes", str(16 << 20), "--log-level", "warning",
+        "--max-request-bytes", str(16 << 20), "--log-level", "warning", "--response-store", ":memory:",
     ) as (proc, _port, url):
         pid = proc.pid
         httpx.post(url + "/v1/chat/completions", content=body(10_000, True),

@@ -2,7 +2,7 @@
 item 3): 4 MB bodies of many small parts (items, messages, blocks), whose decoding and parsing
 is the work, several at once, while other processes keep both cores busy.
 
-A stand-in engine (this process) and `chatsieve serve` (its own process, Qwen3's tokenizer and
+A stand-in engine (a process of its own) and `chatsieve serve` (its own process, Qwen3's tokenizer and
 template, its default context, so such prompts are refused as too long once rendered); this
 process posts N bodies to one route at once and asks for /health every 20 ms meanwhile. Prints,
 per route, the slowest /health answer and the bodies' statuses.
@@ -35,6 +35,16 @@ SIZE = 3_900_000
 def _spin(stop) -> None:  # a busy core
     while not stop.is_set():
         sum(range(10_000))
+
+
+def _engine(models: Path, urls, stop) -> None:
+    """The stand-in engine, in a process of its own: /health asks it whether it is up (at most
+    once a second), and it should answer as a real engine would, not wait for this process's
+    uploads."""
+    tok = chatsieve.load_tokenizer(models / "qwen3")
+    with ServerThread(FakeEngine(tok.decode, {"[mem]": Script(tok.encode("ok<|im_end|>"))}).app) as eng:
+        urls.put(eng.url)
+        stop.wait()
 
 
 def body(route: str) -> tuple[str, bytes]:
@@ -98,12 +108,12 @@ def main() -> None:
     ap.add_argument("--routes", default="responses,chat,messages,count_tokens")
     args = ap.parse_args()
     models = models_dir()
-    tok = chatsieve.load_tokenizer(models / "qwen3")
-    engine = FakeEngine(tok.decode, {"[mem]": Script(tok.encode("ok<|im_end|>"))})
-    stop = multiprocessing.Event()
+    stop, engine_stop, urls = multiprocessing.Event(), multiprocessing.Event(), multiprocessing.Queue()
+    engine = multiprocessing.Process(target=_engine, args=(models, urls, engine_stop))
+    engine.start()
     spinners = [multiprocessing.Process(target=_spin, args=(stop,)) for _ in range(args.busy)]
-    with ServerThread(engine.app) as eng, serve_process(
-        "--model-dir", str(models / "qwen3"), "--format", "qwen3", "--backend", eng.url,
+    with serve_process(
+        "--model-dir", str(models / "qwen3"), "--format", "qwen3", "--backend", urls.get(timeout=120),
         "--served-model-name", "bench", "--response-store", ":memory:", "--log-level", "warning",
     ) as (_proc, _port, url):
         for p in spinners:
@@ -120,6 +130,8 @@ def main() -> None:
             stop.set()
             for p in spinners:
                 p.join()
+    engine_stop.set()
+    engine.join()
 
 
 if __name__ == "__main__":

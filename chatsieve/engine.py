@@ -8,6 +8,7 @@ from .args.keys import FirstKeyWins, last_key_wins
 from .events import Dropped, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
 from .lexer import Marker, Segment, Text
 from .spec import FormatSpec
+from .tools import typing_schemas
 
 CONTENT, REASONING, REGION, DONE = "content", "reasoning", "region", "done"
 
@@ -61,7 +62,7 @@ class Engine:
         self.thinking = spec.default_thinking if thinking is None else bool(thinking)
         self.stream_arguments = stream_arguments
         self.out: list = []  # events, and (kind, text, start, end) for text
-        self._tools = tools
+        self._tools = typing_schemas(tools)  # local `$ref`s followed where a value is typed
         self._content = FieldSink("content", self.out)
         self._reasoning = FieldSink("reasoning", self.out)
         self._filter = spec.content_filter(self.thinking) if spec.content_filter else None

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..tools import JSON_NUMBER, coerce_json, json_text, property_schema, schema_types
+from ..tools import JSON_NUMBER, coerce_json, json_text, property_names, property_schema, schema_types
 from .base import CallContext, Junk, RegionCodec, json_string_body, valid_function_name
 from .pythonic import python_literal_json
 
@@ -359,10 +358,9 @@ class XmlKvCodec(RegionCodec):
             return True
         if key in self._given:
             return False  # a repair never replaces a value the call already has: text
-        schema = self.ctx.tools.get(self._name)
-        props = schema.get("properties") if isinstance(schema, Mapping) else None
-        if isinstance(props, Mapping) and props:
-            return key in props
+        declared = property_names(self.ctx.tools.get(self._name))
+        if declared:
+            return key in declared
         return self._v_nl
 
     def _text(self, s: str) -> None:

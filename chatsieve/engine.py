@@ -75,6 +75,7 @@ class Engine:
         self._strip = frozenset(spec.strip)
         self._call_markers = self._c_open | self._c_close | frozenset(spec.inner)
         self._text_open = frozenset(spec.text_call_open)
+        self._literal = frozenset(spec.literal_outside)
         self._start_triggers = spec.content_call_start
         self._start_held: str | None = "" if spec.content_call_start else None
         self._start_held_at = 0
@@ -437,6 +438,8 @@ class Engine:
         elif m in self._end:
             self._release_label()
             self._mode = DONE
+        elif m in self._literal:
+            self._on_text(m, seg.start)  # a call's tag outside any call: the text it spells
         else:
             self._orphan(m)
             self._boundary()

@@ -23,6 +23,8 @@ DSML_SYNTAX = XmlKvSyntax(
     string_attr=True,
     # the end of either block (V3.2, V4) and of the turn
     structural=(f"</{DSML}function_calls>", f"</{DSML}tool_calls>", "<｜end▁of▁sentence｜>"),
+    openers=(f"<{DSML}function_calls>", f"<{DSML}tool_calls>"),
+    closers=(f"</{DSML}function_calls>", f"</{DSML}tool_calls>"),
 )
 
 DEEPSEEK_V32 = FormatSpec(

@@ -19,8 +19,9 @@ until that is clear (docs/policies.md, "Tags inside XML-style values"):
   or end; otherwise it was an example, and the whole of it is the value's text;
 - a mistyped VALUE_CLOSE (`</parameter1>`) in that shape ends the value too (repaired);
 - KEY_OPEN with a declared parameter the call does not have yet (without a schema: at
-  the start of a line), and CALL_CLOSE followed by the region's end or the next call:
-  the model left VALUE_CLOSE out, and the value ends there (repaired, reported).
+  the start of a line), not after a space on its line, and CALL_CLOSE followed (in the
+  same shape) by the region's end or the next call: the model left VALUE_CLOSE out, and
+  the value ends there (repaired, reported).
 An example inside a value opens with the call's own tags (a region opener, CALL_OPEN,
 KEY_OPEN at the start of a line or right after a tag): every tag up to its matching
 close is the example's, the value's text, the region's end included.
@@ -189,6 +190,7 @@ class XmlKvCodec(RegionCodec):
         self._v_nl = True  # the value so far is empty or ends a line
         self._v_line = True  # ... or its last line holds only spaces and tabs so far
         self._v_tag = False  # the value so far ends with one of the syntax's tags (its text)
+        self._v_space = False  # ... or with a space or a tab
         # an example call inside the value: its parameters, calls and regions open so far
         self._pdepth = self._cdepth = self._rdepth = 0
         self._peek_line = False  # PEEK: the tag begins its own line
@@ -432,6 +434,9 @@ class XmlKvCodec(RegionCodec):
             return False
         if k == n:
             return True if final else None  # only whitespace, then the region's end
+        gap = buf[j:k]
+        if gap and "\n" not in gap and not self._peek_line:
+            return False  # the template writes a line break, or nothing, after a close
         if tag == syn.call_close and tag != syn.value_close:  # `</function>`, no `</parameter>`
             nxt = syn.call_open  # ... counts before the region's end or the next call
             if buf.startswith(nxt, k):
@@ -439,9 +444,6 @@ class XmlKvCodec(RegionCodec):
             return None if not final and nxt.startswith(buf[k : k + len(nxt)]) else False
         # a close as the template writes it: then a line break, or directly the next tag
         # (any whitespace when the close begins its own line)
-        gap = buf[j:k]
-        if gap and "\n" not in gap and not self._peek_line:
-            return False
         if syn.call_close and buf.startswith(syn.call_close, k):
             # the call's own end; inside an example call, the example's
             return not (self._cdepth or self._rdepth)
@@ -478,6 +480,8 @@ class XmlKvCodec(RegionCodec):
             return True
         if key in self._given:
             return False  # a repair never replaces a value the call already has: text
+        if self._v_space and not self._v_line:
+            return False  # after a space on the line: a tag named in prose
         declared = property_names(self.ctx.tools.get(self._name))
         if declared:
             return key in declared
@@ -671,7 +675,7 @@ class XmlKvCodec(RegionCodec):
         self._v_started = False
         self._v_hold = ""
         self._v_nl = self._v_line = True  # the value so far is empty or ends a line
-        self._v_tag = False
+        self._v_tag = self._v_space = False
         self._pdepth = self._cdepth = self._rdepth = 0
         self._buf = []
         if self._streaming:
@@ -680,6 +684,7 @@ class XmlKvCodec(RegionCodec):
     def _v_track(self, s: str) -> None:
         """Where the value's text so far ends: a line's start, a tag (`_tag_text`)."""
         self._v_nl = s[-1] == "\n"
+        self._v_space = s[-1] in " \t"
         nl = s.rfind("\n")
         self._v_line = (self._v_line if nl < 0 else True) and not s[nl + 1 :].strip(" \t")
         self._v_tag = False

@@ -48,6 +48,14 @@ def _shapes(name: str):
         head = spec.call_open[0] + pre + syn.call_open + q("write_file") + syn.name_close[0]
         return head + param("path", "a.txt") + param("content", value) + syn.call_close + post + spec.call_close[0]
 
+    call.params = lambda pairs: "".join(param(k, v) for k, v in pairs)  # type: ignore[attr-defined]
+
+    def example(pairs, region: bool) -> str:
+        pre, post = WRAP.get(name, ("", ""))
+        body = syn.call_open + q("f") + syn.name_close[0] + call.params(pairs) + syn.call_close
+        return (spec.call_open[0] + pre + body + post + spec.call_close[0]) if region else call.params(pairs)
+
+    call.example = example  # type: ignore[attr-defined]
     tags = [syn.value_close, syn.value_close[:-1] + "1>", key("x"), key("path"), key("content"),
             syn.call_close, syn.call_open and syn.call_open + q("f") + syn.name_close[0], *syn.openers, *syn.closers,
             syn.value_open]  # fmt: skip
@@ -78,3 +86,23 @@ def test_tags_written_inline_are_the_value(name: str, data) -> None:
         p.feed(text[cut:])
         p.finish()
         assert normalized(p.message) == normalized(msg)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_an_example_in_a_value_is_the_value(name: str, data) -> None:
+    """A value holding an example in the family's own syntax, as its template writes it (a whole
+    call with its region's markers, or only parameters, given ones or not), quoted as code is."""
+    call, _ = _shapes(name)
+    pairs = data.draw(st.lists(st.tuples(st.sampled_from(["path", "content", "x", "mode"]),
+                                         st.sampled_from(["hi", "a b", "x.txt", "1"])), min_size=1, max_size=3),
+                      label="pairs")  # fmt: skip
+    region = data.draw(st.booleans(), label="region")
+    value = 'EX = """\n' + call.example(pairs, region) + '"""'
+    text = call(value)
+    for stream in (False, True):
+        msg = parse(text, name, tools=TOOLS, thinking=False, stream_arguments=stream)
+        assert [(c.name, json.loads(c.arguments)) for c in msg.tool_calls] == [
+            ("write_file", {"path": "a.txt", "content": value})], msg
+        assert not msg.content

@@ -211,6 +211,31 @@ def _deref(node: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any
     return node
 
 
+def rebase_refs(schema: Any, at: str) -> Any:
+    """A copy of `schema` for use at JSON pointer `at` inside a larger schema: its local `$ref`s
+    (`#/$defs/X`, `#`) rewritten to point where their targets now are (`#{at}/$defs/X`)."""
+    if not at:
+        return schema
+    out: Any = {} if isinstance(schema, Mapping) else [] if isinstance(schema, list) else schema
+    stack = [(schema, out)]  # a copy by hand: a schema may nest deeper than recursion goes
+    while stack:
+        src, dst = stack.pop()
+        items = src.items() if isinstance(src, Mapping) else enumerate(src)
+        for k, v in items:
+            if isinstance(v, Mapping | list):
+                c: Any = {} if isinstance(v, Mapping) else []
+                stack.append((v, c))
+            elif k == "$ref" and isinstance(v, str) and v.startswith("#") and isinstance(src, Mapping):
+                c = "#" + at + v[1:]
+            else:
+                c = v
+            if isinstance(dst, dict):
+                dst[k] = c
+            else:
+                dst.append(c)
+    return out
+
+
 def _pointer(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
     """The node a local reference (`#` and a JSON pointer) names, or None."""
     if not ref.startswith("#"):

@@ -48,6 +48,32 @@ def aliases() -> dict[str, str]:
     return dict(_ALIASES)
 
 
+def detect(chat_template, tokenizer=None):
+    """The registered format whose markup `chat_template` (its text or a path; None: the
+    tokenizer's own) writes, as a `chatsieve.detect.FormatMatch`, or None. `analyze` gives
+    every candidate, nearest first (see chatsieve/detect.py)."""
+    from ..detect import detect as _detect
+
+    return _detect(chat_template, tokenizer)
+
+
+def analyze(chat_template, tokenizer=None):
+    """`detect` with its reasons: a `chatsieve.detect.Detection` (the match or None, every
+    candidate scored, why nothing was placed)."""
+    from ..detect import analyze as _analyze
+
+    return _analyze(chat_template, tokenizer)
+
+
+def load(path) -> FormatSpec:
+    """A family described in a format file (YAML or JSON; see docs/format-files.md), validated
+    like user input (`chatsieve.format_file.FormatFileError` names each bad field). Not registered:
+    pass the spec itself as a format, or `register` it."""
+    from ..format_file import load as _load
+
+    return _load(path)
+
+
 def _discover() -> None:
     """Each module in this package lists its families in a module-level SPECS tuple."""
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):

@@ -378,6 +378,30 @@ def detect(chat_template: str | Path | None, tokenizer: Any = None) -> FormatMat
     return analyze(chat_template, tokenizer).match
 
 
+AUTO = "auto"
+_RESOLVED: dict[str, str] = {}
+
+
+class FormatNotFound(ValueError):
+    """`auto` could not place a chat template; the message names the nearest formats."""
+
+
+def resolve(name: str, tokenizer: Any = None, chat_template: str | None = None) -> str:
+    """A format name as given, canonical; `auto`: the format `chat_template` (default: the
+    tokenizer's) writes, found once per template. FormatNotFound when it cannot be placed."""
+    if name != AUTO:
+        return formats.get(name).name
+    source = chat_template if chat_template is not None else getattr(tokenizer, "chat_template", None)
+    if not isinstance(source, str) or not source:
+        raise FormatNotFound("format 'auto' needs the model's chat template, and there is none: name the format")
+    if source not in _RESOLVED:
+        found = analyze(source, tokenizer)
+        if found.match is None:
+            raise FormatNotFound(f"format 'auto': {found.explain()}; name the format instead")
+        _RESOLVED[source] = found.match.name
+    return _RESOLVED[source]
+
+
 def _source(chat_template: str | Path | None, tokenizer: Any) -> str:
     if isinstance(chat_template, Path):
         chat_template = chat_template.read_text(encoding="utf-8")

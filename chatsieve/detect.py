@@ -11,6 +11,7 @@ is to the known templates of each format (`chatsieve.detect_known`, rendered fro
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
@@ -117,6 +118,7 @@ class Rendering:
     reasoning: tuple[str, str] | None = None  # (prompt, generated) of a reasoning + answer turn
     thinking_prompts: list[str] = field(default_factory=list)  # generation prompts with each switch
     conversation: str = ""  # a whole tool conversation, from the first user turn on
+    source: str = ""  # the template itself
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -181,7 +183,7 @@ def probe(chat_template: str, tokenizer: Any = None) -> Rendering:
     """Render the probe conversations through `chat_template`."""
     variables = _variables(tokenizer)
     head = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}]
-    r = Rendering()
+    r = Rendering(source=chat_template)
     r.prompt = _render(chat_template, head, variables, True) or ""
     if not r.prompt:
         head = head[1:]  # templates without a system role
@@ -230,6 +232,19 @@ def transcript(r: Rendering) -> str:
 
 
 # ---- scoring ---------------------------------------------------------------------------------
+
+
+_PIECE = re.compile(r"<[^<>\n]{1,40}>|\w+|\s+|[^\w\s]")
+
+
+@functools.lru_cache(maxsize=4096)
+def _pieces(text: str) -> tuple[str, ...]:
+    return tuple(_PIECE.findall(text))
+
+
+def likeness(a: str, b: str) -> float:
+    """How alike two transcripts are, 0..1: matching pieces (tags, words, runs of space) in order."""
+    return difflib.SequenceMatcher(None, _pieces(a), _pieces(b), autojunk=False).ratio()
 
 
 def _read(spec: FormatSpec, text: str, prompt: str, thinking: bool | None = None):
@@ -322,6 +337,11 @@ def _score(spec: FormatSpec, r: Rendering, known: list[str], mine: str) -> Candi
                 score += 0.5
                 why.append("starts in reasoning by default, as the template's prompt does")
     written = _reasoning_markers(r)
+    if not written and opens is None and not any(m in r.source for m in (*spec.reasoning_open, *spec.reasoning_close)):
+        msg = _read(spec, "Xq", None)
+        if msg is not None and msg.reasoning == "Xq":
+            score -= 1.5
+            why.append("starts in reasoning, and the template never names its reasoning markers")
     unknown = sorted(written - set(spec.reasoning_open) - set(spec.reasoning_close))
     if unknown:
         score -= 2
@@ -333,9 +353,9 @@ def _score(spec: FormatSpec, r: Rendering, known: list[str], mine: str) -> Candi
         score += share
         if known_marks:
             why.append(f"knows {len(known_marks)} of the {len(controls)} control markers it writes")
-    if known:
-        ratio = max(difflib.SequenceMatcher(None, mine, k, autojunk=False).ratio() for k in known)
-        score += 3 * ratio
+    if known and (fits or not r.renders_calls):  # closeness ranks candidates; it cannot rescue a misfit
+        ratio = max(likeness(mine, k) for k in known)
+        score += 3 * max(0.0, ratio - 0.6) / 0.4  # only real likeness counts: 60% is any two chat templates
         why.append(f"{ratio:.0%} like {spec.name}'s known template")
     return Candidate(spec.name, round(score, 4), fits, tuple(why))
 
@@ -364,8 +384,7 @@ def analyze(chat_template: str | Path | None, tokenizer: Any = None) -> Detectio
     if not best.fits:
         return Detection(None, tuple(ranked), "no registered format reads the calls it writes")
     if not r.renders_calls:
-        near = max((difflib.SequenceMatcher(None, mine, k, autojunk=False).ratio()
-                    for k in known.get(best.name, [])), default=0.0)
+        near = max((likeness(mine, k) for k in known.get(best.name, [])), default=0.0)
         if near < _KNOWN_THRESHOLD:
             return Detection(None, tuple(ranked), "it renders no tool call, and is like no known template")
     runners = tuple(c for c in ranked[1:4] if c.fits)

@@ -61,7 +61,7 @@ HOLO2 = dataclasses.replace(
     description="HCompany Holo2 (as qwen3: thinking on by default, switched by `thinking`)",
     aliases=("holo-2", "holo_2", "hcompany-holo2"),
     template=None,
-    tokenizer_doc="",
+    reasoning_doc="`<think>…</think>`, on by default (the kwarg `thinking` switches it)",
 )
 
 SPECS = (QWEN3, HERMES, EXAONE4, HOLO2)

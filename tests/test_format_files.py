@@ -131,3 +131,29 @@ def test_registered_by_name_and_again(tmp_path):
     spec = register_file(f)
     assert formats.get("mine-fmt-test") is spec
     assert register_file(f).name == "mine_fmt_test"  # a second worker registering the same file
+
+
+def test_the_docs_example_family_runs(tmp_path):
+    """docs/format-files.md, "A worked example: Acme Lark": the file, its fixture and the command, as written."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from readme_recipes import readme_blocks
+
+    spec_text, fixture_text, command = readme_blocks("A worked example: Acme Lark")
+    (tmp_path / "lark.yaml").write_text(spec_text, encoding="utf-8")
+    (tmp_path / "lark_fixtures.yaml").write_text(fixture_text, encoding="utf-8")
+    spec = formats.load(tmp_path / "lark.yaml")
+    msg = __import__("chatsieve").parse(
+        "<|lark_think|>Hm.<|lark_end_think|>Sure.<|lark_call|>get_weather\n<|lark_arg|>city=Oslo\n<|lark_end_call|>",
+        spec, tools=[{"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}])
+    assert (msg.reasoning, msg.content, [c.arguments for c in msg.tool_calls]) == ("Hm.", "Sure.", ['{"city":"Oslo"}'])
+    argv = shlex.split(command.strip())
+    assert argv[0] == "chatsieve"
+    repo = str(HERE.parent)  # this checkout's chatsieve, whatever the installed script points at
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-m", "chatsieve.cli", *argv[1:]], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("1 passed, 0 failed"), out.stdout + out.stderr

@@ -59,6 +59,47 @@ GLM47 = dataclasses.replace(
 # inclusionAI Ling 3.0 / Bailing V3: GLM-4.7's calls (newlines optional), roles `<role>NAME</role>`,
 # the prompt opens `<think>`. Its turn end `<|role_end|>` is also written as ordinary text
 # tokens: as text it must end the turn too, never leak (`spelled_end`).
+class SpelledEnd:
+    """Content past a turn-end marker the model spelled in ordinary tokens (Ling 3 writes its
+    `<|role_end|>` so): the marker and all after it are dropped as text after the end of the turn.
+    As its own token id the marker is the format's `end` and never reaches content."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self._held = ""
+        self._held_at = 0
+        self._done = False
+
+    @property
+    def idle(self) -> bool:
+        return not self._held and not self._done
+
+    def mark(self) -> None:
+        pass
+
+    def write(self, text: str, start: int) -> list[tuple]:
+        if self._done:
+            return [(text, start, "text after the end of the turn")] if text else []
+        text, start = self._held + text, (self._held_at if self._held else start)
+        self._held = ""
+        at = text.find(self.marker)
+        if at >= 0:
+            self._done = True
+            out: list[tuple] = [(text[:at], start)] if at else []
+            return [*out, (text[at:], start + at, "text after the end of the turn")]
+        keep = len(text)
+        for n in range(min(len(self.marker) - 1, len(text)), 0, -1):
+            if self.marker.startswith(text[-n:]):
+                keep = len(text) - n
+                break
+        self._held, self._held_at = text[keep:], start + keep
+        return [(text[:keep], start)] if keep else []
+
+    def finish(self) -> list[tuple]:
+        held, self._held = self._held, ""
+        return [(held, self._held_at)] if held else []
+
+
 _LING_END = ("<|role_end|>", "<role>HUMAN</role>", "<role>OBSERVATION</role>", "<role>SYSTEM</role>")
 
 LING3 = dataclasses.replace(
@@ -68,6 +109,7 @@ LING3 = dataclasses.replace(
     aliases=("ling-3", "ling_3", "ling3.0", "ling-3.0", "bailing_v3", "bailing-v3", "bailingv3"),
     codec=xml_kv_codec("Ling3CallCodec", dataclasses.replace(GLM_SYNTAX, structural=("</tool_call>", *_LING_END))),
     end=_LING_END,
+    content_filter=lambda thinking: SpelledEnd("<|role_end|>"),
     strip=("<role>ASSISTANT</role>",),
     template="llama.cpp/models/templates/inclusionai-ling-3.0-flash.jinja",
     reasoning_doc="the prompt opens `<think>`; on by default",

@@ -69,6 +69,7 @@ MIMO = dataclasses.replace(
     aliases=("mimo-v2", "mimo_v2", "mimo_v2_flash", "mimo-v2-flash", "mimo-v2.6", "mimo_v2.6", "xiaomi-mimo"),
     codec=xml_kv_codec("MimoCallCodec", MIMO_SYNTAX),
     default_thinking=True,
+    thinking_starts_in_reasoning=False,  # the model writes its own <think>
     template=None,
     reasoning_doc="`<think>…</think>`, on by default",
     calls_doc="`<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>`, V verbatim",

@@ -289,6 +289,30 @@ def _reasoning_markers(r: Rendering) -> set[str]:
     return {m for m in found if not any(m != o and m in o and text.count(m) == text.count(o) for o in found)}
 
 
+_SUFFIX = re.compile(r"<tool_calls(:[^<>|\s]{1,40})>")
+
+
+def _suffixed(r: Rendering, tokenizer: Any) -> list[FormatSpec]:
+    """The suffixed families (`hy_v4:SUFFIX`, ...) for each tag suffix the template writes or the
+    tokenizer's vocabulary holds (a checkpoint's own suffix), unless registered already."""
+    text = "\x00".join([r.conversation, *(gen for _, gen in r.call)])
+    suffixes = set(_SUFFIX.findall(text))
+    added = getattr(tokenizer, "added_tokens", None)
+    if callable(added):
+        try:
+            suffixes |= {m.group(1) for t in added() if (m := _SUFFIX.fullmatch(t))}
+        except Exception:  # noqa: BLE001 - a tokenizer that cannot list them adds nothing
+            pass
+    registered = set(formats.names())
+    out = []
+    for family in formats.suffixed_families():
+        for suffix in sorted(suffixes):
+            spec = formats.get(family + suffix)
+            if spec.name not in registered:
+                out.append(spec)
+    return out
+
+
 def _specs() -> list[FormatSpec]:
     return [formats.get(n) for n in formats.names()]
 
@@ -376,7 +400,7 @@ def analyze(chat_template: str | Path | None, tokenizer: Any = None) -> Detectio
     mine = transcript(r)
     known = _known()
     ranked = sorted(
-        (_score(spec, r, known.get(spec.name, []), mine) for spec in _specs()),
+        (_score(spec, r, known.get(spec.name, []), mine) for spec in [*_specs(), *_suffixed(r, tokenizer)]),
         key=lambda c: (c.fits, c.score),
         reverse=True,
     )

@@ -87,6 +87,7 @@ PLACED: dict[str, str | set[str]] = {
     f"{L}meta-llama-Llama-3.3-70B-Instruct.jinja": "llama3_json",
     f"{L}openai-gpt-oss-120b.jinja": "gpt_oss",
     f"{L}openbmb-MiniCPM5-1B.jinja": "minicpm5",
+    f"{L}tencent-Hy3.jinja": "hy3_opensource",  # HY3 with its tags suffixed `:opensource`
     "deepseek/chat_template.r1.jinja": "deepseek_r1",
     "deepseek/chat_template.v3.jinja": "deepseek_v3",
     "deepseek/chat_template.v3.1.jinja": "deepseek_v31",
@@ -113,7 +114,6 @@ PLACED: dict[str, str | set[str]] = {
 # templates no registered format writes: None, with the nearest formats named
 NOT_PLACED = {
     f"{L}muse-glimmer.jinja": "Muse Glimmer's ATEM calls: no muse_glimmer format yet",
-    f"{L}tencent-Hy3.jinja": "suffixed HY3 tags (`<tool_calls:opensource>`): no suffixed format registered yet",
     f"{L}upstage-Solar-Open-100B.jinja": "Solar Open's `<|tool_call:begin|>` syntax: no format",
     f"{L}HuggingFaceTB-SmolLM3-3B.jinja": "writes no call markup and is like no known template",
     f"{L}microsoft-Phi-3.5-mini-instruct.jinja": "no tool syntax",
@@ -250,6 +250,14 @@ def test_detect_takes_a_tokenizer_and_its_template():
     assert formats.detect(None, tok).name == "qwen3"
     with pytest.raises(ValueError, match="needs a chat template"):
         formats.detect(None, None)
+
+
+def test_another_checkpoint_suffix_is_learned_from_the_template():
+    """HY3's template with another tag suffix: the suffixed family built for that suffix."""
+    src = read_template_file(_path(f"{L}tencent-Hy3.jinja")).replace(":opensource", ":6124c78e")
+    found = formats.detect(src)
+    assert found is not None and found.name == "hunyuan:6124c78e"
+    assert formats.get(found.name).call_open == ("<tool_calls:6124c78e>",)
 
 
 def test_probe_survives_templates_that_refuse():

@@ -42,6 +42,7 @@ SWITCHES = {
     "ling3": ("enable_thinking", True, False),
     "laguna": ("enable_thinking", True, False),
     "qwen35": ("enable_thinking", True, False),
+    "hy3_opensource": ("reasoning_effort", "high", "no_think"),
 }
 # templates whose generation prompt is there whether add_generation_prompt is true or not
 ALWAYS_OPEN = {"cohere_command"}

@@ -9,6 +9,8 @@ from ..spec import FormatSpec
 
 _SPECS: dict[str, FormatSpec] = {}
 _ALIASES: dict[str, str] = {}
+# families whose tags carry a per-checkpoint suffix: `NAME:SUFFIX` builds the spec on demand
+_SUFFIXED: dict[str, object] = {}
 
 
 class UnknownFormat(ValueError):
@@ -33,9 +35,39 @@ def get(name: str | FormatSpec) -> FormatSpec:
     if isinstance(name, FormatSpec):
         return name
     canonical = _ALIASES.get(_key(name)) if isinstance(name, str) else None
+    if canonical is None and isinstance(name, str) and ":" in name:
+        return _with_suffix(name)
     if canonical is None:
         raise UnknownFormat(f"unknown format {name!r}; known: {', '.join(names())}")
     return _SPECS[canonical]
+
+
+def suffixed_families() -> list[str]:
+    """The families `NAME:SUFFIX` builds a spec for (tags carrying a checkpoint's suffix)."""
+    return sorted(_SUFFIXED)
+
+
+_BUILT: dict[str, FormatSpec] = {}  # `NAME:SUFFIX` specs built so far (not listed by `names`)
+
+
+def _with_suffix(name: str) -> FormatSpec:
+    key = _key(name)
+    if key not in _BUILT:
+        if len(_BUILT) >= 64:  # bounded: names come from requests and templates
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = build_suffixed(name)
+    return _BUILT[key]
+
+
+def build_suffixed(name: str) -> FormatSpec:
+    """The spec `NAME:SUFFIX` names (see `suffixed_families`), not registered."""
+    base, _, suffix = name.strip().partition(":")
+    family = _ALIASES.get(_key(base))
+    build = _SUFFIXED.get(family) if family else None
+    if build is None or any(c in suffix for c in "<>| \t\n") or len(suffix) > 40:
+        raise UnknownFormat(f"unknown format {name!r}; known: {', '.join(names())} "
+                            f"(and NAME:SUFFIX for {', '.join(suffixed_families())})")
+    return build(":" + suffix, f"{family}:{suffix}")
 
 
 def names() -> list[str]:
@@ -80,6 +112,7 @@ def _discover() -> None:
         module = importlib.import_module(f"{__name__}.{info.name}")
         for spec in getattr(module, "SPECS", ()):
             register(spec)
+        _SUFFIXED.update(getattr(module, "SUFFIXED", {}))
 
 
 _discover()

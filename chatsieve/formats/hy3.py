@@ -89,8 +89,9 @@ OPENSOURCE = ":opensource"  # the suffix of the released checkpoints' tags (tenc
 HY3_OPENSOURCE = dataclasses.replace(
     hy3_format(OPENSOURCE, name="hy3_opensource"),
     aliases=("hunyuan_opensource", "hy3-opensource"),
+    default_thinking=False,  # the template's reasoning_effort is `no_think` unless set (high, low)
     template="llama.cpp/models/templates/tencent-Hy3.jinja",
-    reasoning_doc="`<think:opensource>…</think:opensource>`, on by default; `<answer>` removed",
+    reasoning_doc="`<think:opensource>…</think:opensource>`, off unless `reasoning_effort` is set; `<answer>` removed",
     calls_doc="as `hunyuan`, every tag suffixed `:opensource`; `hunyuan:SUFFIX` for another suffix",
     tokenizer_doc="",
 )

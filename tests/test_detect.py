@@ -87,6 +87,7 @@ PLACED: dict[str, str | set[str]] = {
     f"{L}meta-llama-Llama-3.3-70B-Instruct.jinja": "llama3_json",
     f"{L}openai-gpt-oss-120b.jinja": "gpt_oss",
     f"{L}openbmb-MiniCPM5-1B.jinja": "minicpm5",
+    f"{L}muse-glimmer.jinja": "muse_glimmer",
     f"{L}tencent-Hy3.jinja": "hy3_opensource",  # HY3 with its tags suffixed `:opensource`
     "deepseek/chat_template.r1.jinja": "deepseek_r1",
     "deepseek/chat_template.v3.jinja": "deepseek_v3",
@@ -113,7 +114,6 @@ PLACED: dict[str, str | set[str]] = {
 }
 # templates no registered format writes: None, with the nearest formats named
 NOT_PLACED = {
-    f"{L}muse-glimmer.jinja": "Muse Glimmer's ATEM calls: no muse_glimmer format yet",
     f"{L}upstage-Solar-Open-100B.jinja": "Solar Open's `<|tool_call:begin|>` syntax: no format",
     f"{L}HuggingFaceTB-SmolLM3-3B.jinja": "writes no call markup and is like no known template",
     f"{L}microsoft-Phi-3.5-mini-instruct.jinja": "no tool syntax",

@@ -264,3 +264,24 @@ def test_probe_survives_templates_that_refuse():
     r = probe("{{ raise_exception('no') }}")
     assert r.errors and analyze("{{ raise_exception('no') }}").match is None
     assert transcript(probe("{% for m in messages %}{{ m.content }}{% endfor %}"))
+
+
+@pytest.mark.parametrize(("rel", "want"), [
+    ("qwen3", "qwen3"),  # a model directory: tokenizer_config.json's template
+    ("qwen3/chat_template.qwen3-coder.jinja", "qwen3_coder"),
+    ("llama.cpp/models/ggml-vocab-gemma-4.gguf", "gemma4"),  # a GGUF's tokenizer.chat_template
+])  # fmt: skip
+def test_formats_detect_prints_the_match(rel, want, capsys):
+    from chatsieve.cli import main
+
+    assert main(["formats", "--detect", str(_path(rel))]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == want and "reads the probe call back" in out
+
+
+def test_formats_detect_names_the_nearest_when_nothing_places_it(capsys):
+    from chatsieve.cli import main
+
+    assert main(["formats", "--detect", str(_path(f"{L}upstage-Solar-Open-100B.jinja")), "--json"]) == 1
+    out = __import__("json").loads(capsys.readouterr().out)
+    assert out["format"] is None and out["problem"] and len(out["candidates"]) == 5

@@ -124,10 +124,25 @@ def test_a_built_in_name_is_not_taken_over(tmp_path):
     assert formats.get("qwen3").codec is not None
 
 
-def test_registered_by_name_and_again(tmp_path):
+@pytest.fixture
+def unregistered():
+    """Names a test registers, taken out of the registry again (other tests list every format)."""
+    from chatsieve import format_file
+
+    names: list[str] = []
+    yield names
+    for name in names:
+        spec = formats._SPECS.pop(name, None)
+        format_file._REGISTERED.pop(name, None)
+        for key in (name, *(spec.aliases if spec else ())):
+            formats._ALIASES.pop(formats._key(key), None)
+
+
+def test_registered_by_name_and_again(tmp_path, unregistered):
     f = tmp_path / "mine.json"
     f.write_text(json.dumps({"name": "mine_fmt_test", "aliases": ["mine-fmt-test"],
                              "reasoning": {"open": ["<r>"], "close": ["</r>"]}}), encoding="utf-8")
+    unregistered.append("mine_fmt_test")
     spec = register_file(f)
     assert formats.get("mine-fmt-test") is spec
     assert register_file(f).name == "mine_fmt_test"  # a second worker registering the same file

@@ -240,6 +240,10 @@ def test_the_edits_change_the_templates():
 
 
 def test_the_known_renderings_are_current():
+    for name in formats.names():  # each template they were made from (a GitHub-only one skips)
+        spec = formats.get(name)
+        for ref in (spec.template, *spec.templates) if spec.template else spec.templates:
+            models.model_path(ref, exact=True)
     want = write_known(models.models_dir())
     have = (Path(__file__).parent.parent / "chatsieve" / "detect_known.py").read_text(encoding="utf-8")
     assert have == want, "run: python -m chatsieve.detect known MODELS > chatsieve/detect_known.py"

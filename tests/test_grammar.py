@@ -245,7 +245,7 @@ def test_json_schema_grammar_accepts_valid_documents(doc):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"format": "gemma4", "tools": [NOW]}, "no call grammar for its syntax; supported: gemma3"),
+        ({"format": "gemma4", "tools": [NOW]}, "no call grammar for its syntax; supported: exaone4, gemma3"),
         ({"format": "qwen3", "tools": [NOW], "engine": "vllm"}, "a vllm grammar cannot name"),
         ({"format": "qwen3", "tools": [NOW], "engine": "llamacpp"}, "not a single token"),  # no tokenizer
         (
@@ -269,7 +269,9 @@ def test_clear_errors_for_what_a_grammar_cannot_express(kwargs, message):
 
 def test_supported_formats_are_the_families_with_a_call_syntax():
     # granite4 is the Hermes wire format (formats/granite.py), so it shares the tool-call-tags grammar
-    assert supported_formats() == ["gemma3", "granite4", "hermes", "llama3_json", "pythonic", "qwen3"]
+    # exaone4 and holo2 write Hermes calls too; granite_pythonic's forced calls are the pythonic list
+    assert supported_formats() == ["exaone4", "gemma3", "granite4", "granite_pythonic", "hermes", "holo2",
+                                   "llama3_json", "pythonic", "qwen3"]
 
 
 def test_plan_picks_the_call_grammar_then_the_response_format():
@@ -391,6 +393,30 @@ def test_tools_with_a_response_format_allow_the_calls_or_the_answer():
     assert accepts(c.grammar, f'{think}hm{end}\n{open_}\n{{"name": "get_time", "arguments": {{}}}}\n{close}')
     assert accepts(c.grammar, f'{think}hm{end}\n{{"a": 2}}')
     assert not accepts(c.grammar, f'{think}hm{end}\n{{"b": 2}}')
+
+
+def test_call_lists_keep_the_schemas_local_references():
+    """Pydantic's `$defs`: each tool's `$ref`s, and the response format's, still point at their own
+    definitions once those schemas stand inside the call list (or beside it)."""
+    ids = {"<tool_call>": 151657, "</tool_call>": 151658, "<think>": 151667, "</think>": 151668}.get
+    paint = {"name": "paint", "parameters": {"$defs": {"Color": {"enum": ["red", "green"]}}, "type": "object",
+                                             "properties": {"color": {"$ref": "#/$defs/Color"}}, "required": ["color"]}}
+    answer = {"$defs": {"N": {"type": "integer"}}, "type": "object", "properties": {"n": {"$ref": "#/$defs/N"}},
+              "required": ["n"]}  # fmt: skip
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": answer}}
+    for tools in ([paint], [NOW, paint]):
+        c = plan("qwen3", tools=tools, tool_choice="required", engine="vllm", token_id=ids, response_format=None,
+                 thinking=False)
+        jsonschema.validate([{"name": "paint", "arguments": {"color": "red"}}], c.schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate([{"name": "paint", "arguments": {"color": "blue"}}], c.schema)
+        c = plan("qwen3", tools=tools, tool_choice="auto", engine="sglang", token_id=ids, response_format=rf)
+        jsonschema.validate([{"name": "paint", "arguments": {"color": "green"}}], c.schema)
+        jsonschema.validate({"n": 1}, c.schema)
+        for bad in ({"n": "x"}, [{"name": "paint", "arguments": {"color": "blue"}}]):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(bad, c.schema)
+    assert paint["parameters"]["properties"]["color"] == {"$ref": "#/$defs/Color"}  # the request's own is untouched
 
 
 def test_response_format_constraints():

@@ -4,7 +4,9 @@ contents made of delimiters, their halves and the characters around them."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -44,3 +46,43 @@ def test_the_shortcut_changes_no_prompt(family, monkeypatch):
 
     run()
     assert any(skipped) and not all(skipped), "both the shortcut and the full pass should be seen"
+
+
+LONG = "You are a careful agent working in a large repository. " * 12  # past the scan memo's length
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_decoded_json_and_the_scan_memos_change_no_prompt(family, monkeypatch):
+    """A server's request (decoded JSON, rendered without copies; long strings and the tools scanned
+    once per content, then looked up) gets the prompt of the full pass, on random contents at the
+    edges of long strings and in a tool's description, each rendered twice (the second from the
+    memos); the caller's data is left as it was."""
+    rel, fam_kw, _, _ = FAMILIES[family]
+    args = {"tokenizer": chat_tokenizer(family), "template": template(rel), **fam_kw}
+    real = prompt_module._active_delimiters
+
+    def full_pass(*a, **kw):
+        found = real(*a, **kw)
+        return dataclasses.replace(found, maybe_marked=None) if found is not None else None
+
+    @settings(max_examples=20, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(head=_contents(family), tail=_contents(family), user=_contents(family), about=_contents(family),
+           only_tools=st.booleans())
+    def run(head, tail, user, about, only_tools):
+        if only_tools:  # the tools alone may need marks
+            head = tail = user = ""
+        conv = conversation(family, system=head + LONG + tail, user=user, tool=LONG + tail)
+        tools = [*TOOLS, {"type": "function", "function": {
+            "name": "note", "description": about + LONG, "parameters": {"type": "object", "properties": {}}}}]
+        conv_json, tools_json = json.loads(json.dumps(conv)), json.loads(json.dumps(tools))
+        before = copy.deepcopy((conv_json, tools_json))
+        served = [render_prompt(conv_json, tools=tools_json, decoded_json=True, **args) for _ in range(2)]
+        assert (conv_json, tools_json) == before, "the caller's data changed"
+        with monkeypatch.context() as m:
+            m.setattr(prompt_module, "_active_delimiters", full_pass)
+            full = render_prompt(conv, tools=tools, **args)
+        for p in served:
+            assert (p.text, p.token_ids, p.isolated_spans) == (full.text, full.token_ids, full.isolated_spans)
+
+    run()

@@ -398,15 +398,36 @@ def load_chat_template(path: str | Path, format: str | None = None) -> str:
     return source
 
 
+def thinking_switch(tokenizer: Any, template: str | Path | None = None, tools: Any = None) -> bool:
+    """Whether the chat template reads a thinking switch (`enable_thinking` / `thinking`): its
+    generation prompt differs with the switch on and off."""
+    tok = _as_tokenizer(tokenizer) if tokenizer is not None else None
+    return _reads_switch(_resolve_template(template, tok, tools))
+
+
+@functools.lru_cache(maxsize=32)
+def _reads_switch(source: str) -> bool:
+    user = [{"role": "user", "content": "q"}]
+    base = {"bos_token": "", "eos_token": ""}
+    try:
+        on = _render(source, user, None, None, True, {**base, "enable_thinking": True, "thinking": True})
+        off = _render(source, user, None, None, True, {**base, "enable_thinking": False, "thinking": False})
+    except PromptError:
+        return True  # it refused a probe: assume it reads them, as before
+    return on != off
+
+
 def _render_request(source: str, messages: list, tools: Any, documents: Any, add_generation_prompt: bool,
                     variables: dict, format: str | None) -> str:
     """`_render`, after writing in what the template cannot render of the tools (for a known family:
     its documented tool prompt, results as user turns, calls as text; see chatsieve.tool_prompt)."""
-    if format is not None:
-        from .tool_prompt import adapt_conversation
+    if format is None:
+        return _render(source, messages, tools, documents, add_generation_prompt, variables)
+    from .tool_prompt import adapt_conversation, apply_splices, harmony_turns
 
-        messages = adapt_conversation(source, messages, tools, _format_spec(format))
-    return _render(source, messages, tools, documents, add_generation_prompt, variables)
+    spec = _format_spec(format)
+    messages, splices = harmony_turns(source, adapt_conversation(source, messages, tools, spec), spec)
+    return apply_splices(_render(source, messages, tools, documents, add_generation_prompt, variables), splices)
 
 
 def _format_spec(format: str):

@@ -3,6 +3,7 @@ own prompt (`chatsieve serve`, the Dynamo integration): each refusal is a Reques
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,14 @@ from jinja2 import TemplateError
 
 from .grammar import Constraint, GrammarError, GrammarTooLarge
 from .grammar import plan as constraint_plan
-from .prompt import Prompt, PromptError, PromptTooLong, TemplateVariableError, render_prompt
-from .protocols.common import ChatRequest, RequestError
+from .prompt import Prompt, PromptError, PromptTooLong, TemplateVariableError, render_prompt, thinking_switch
+from .protocols.common import THINKING_SWITCHES, ChatRequest, RequestError
 
 __all__ = [
+    "MAX_TOKENS_HEADER",
     "check_vocabulary_bounds",
+    "effective_thinking",
+    "fitted_max_tokens",
     "model_context_length",
     "plan_request_constraint",
     "render_request_prompt",
@@ -53,6 +57,23 @@ def check_vocabulary_bounds(req: ChatRequest, vocab_size: int) -> None:
         raise RequestError(f"'top_k' must be at most the vocabulary size {vocab_size}, got {req.top_k}", param="top_k")
 
 
+def effective_thinking(req: ChatRequest, *, tokenizer: Any, template: str | None = None) -> ChatRequest:
+    """`req` without a thinking switch the chat template does not read: a family with no switch
+    (Qwen3-Coder, Kimi K2 Instruct) keeps its own default, and the parser is not told to expect
+    reasoning the prompt never opens (an agent's "thinking on" would otherwise make the whole
+    answer reasoning)."""
+    if req.thinking is None or not any(k in req.chat_template_kwargs for k in THINKING_SWITCHES):
+        return req
+    try:
+        switch = thinking_switch(tokenizer, template, req.prompt_tools)
+    except PromptError:
+        return req  # the render reports it
+    if switch:
+        return req
+    kwargs = {k: v for k, v in req.chat_template_kwargs.items() if k not in THINKING_SWITCHES}
+    return dataclasses.replace(req, chat_template_kwargs=kwargs)
+
+
 def render_request_prompt(
     req: ChatRequest,
     *,
@@ -71,8 +92,10 @@ def render_request_prompt(
         raise RequestError(
             "chat_template_kwargs.keep_empty_thinking must be true or false", param="chat_template_kwargs"
         )
-    # room for the answer: max_tokens if given, else at least one token
-    limit = None if context is None else context - (req.max_tokens or 1)
+    # room for the answer: max_tokens if given (unless it is to be fitted to what is left), else at
+    # least one token
+    room = None if req.fit_max_tokens else req.max_tokens
+    limit = None if context is None else context - (room or 1)
     try:
         return render_prompt(
             req.messages,
@@ -86,11 +109,11 @@ def render_request_prompt(
             request_variables=variables,
         )
     except PromptTooLong as e:
-        asked = f" plus max_tokens {req.max_tokens}" if req.max_tokens else ""
+        asked = f" plus max_tokens {room}" if room else ", which leaves no room for an answer"
         raise RequestError(
             f"this model's context is {context} tokens; the prompt has "
             f"{'' if e.exact else 'at least '}{e.tokens} tokens{asked}: shorten the messages"
-            + (" or lower max_tokens" if req.max_tokens else ""),
+            + (" or lower max_tokens" if room else ""),
             param="messages",
             code="context_length_exceeded",
         ) from None
@@ -107,6 +130,18 @@ def render_request_prompt(
             param="messages",
             code="template_error",
         ) from None
+
+
+# says that a request's max_tokens was lowered to the room its prompt left in the context
+MAX_TOKENS_HEADER = "x-chatsieve-max-tokens-lowered"
+
+
+def fitted_max_tokens(req: ChatRequest, prompt_tokens: int, context: int | None) -> int | None:
+    """The max_tokens to generate with: the request's, lowered to the room the prompt leaves in the
+    context when the request asks for fitting (`ChatRequest.fit_max_tokens`) and asked for more."""
+    if not req.fit_max_tokens or context is None or req.max_tokens is None:
+        return req.max_tokens
+    return min(req.max_tokens, context - prompt_tokens)
 
 
 def plan_request_constraint(req: ChatRequest, *, format: str, engine: str, tokenizer: Any) -> Constraint | None:

@@ -38,7 +38,10 @@ from chatsieve.call_list import CallListParser
 from chatsieve.events import ContentDelta, Event, ToolCallStart
 from chatsieve.grammar import reasoning_close
 from chatsieve.preparation import (
+    MAX_TOKENS_HEADER,
     check_vocabulary_bounds,
+    effective_thinking,
+    fitted_max_tokens,
     model_context_length,
     plan_request_constraint,
     render_request_prompt,
@@ -333,6 +336,7 @@ class ChatService:
 
     def _prepare(self, req: ChatRequest) -> Generation:
         check_vocabulary_bounds(req, self.vocab_size)
+        req = effective_thinking(req, tokenizer=self.tokenizer, template=self.chat_template)
         tools = req.prompt_tools
         context = self.max_model_len
         prompt = render_request_prompt(
@@ -351,9 +355,10 @@ class ChatService:
             stop_token_ids=list(self.stop_token_ids),
             keep_logprobs=not req.stream,  # a stream sends them on as they come and keeps none
         )
+        max_tokens = fitted_max_tokens(req, len(prompt.token_ids), context)
         gen_req = GenerationRequest(
             prompt_token_ids=list(prompt.token_ids),
-            max_tokens=req.max_tokens,
+            max_tokens=max_tokens,
             temperature=req.temperature,
             top_p=req.top_p,
             seed=req.seed,
@@ -383,7 +388,12 @@ class ChatService:
         if reasoning_end_id is not None and constraint.answer_prefix:
             gen.answer_prefix_ids = self.tokenizer.encode(constraint.answer_prefix)
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
-        gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
+        gen.max_tokens = max_tokens or (context - len(prompt.token_ids) if context else None)
+        if max_tokens != req.max_tokens:
+            gen.headers[MAX_TOKENS_HEADER] = f"{req.max_tokens} -> {max_tokens}"
+            log.info("max_tokens %d lowered to %d: the room a %d-token prompt leaves in the %d-token context",
+                     req.max_tokens, max_tokens, len(prompt.token_ids), context)
+        gen.note_scrub = formats.get(self.config.format).delimiters
         gen.vocab_size = self.vocab_size
         gen.metrics = self.metrics
         close = reasoning_close(self.config.format, req.thinking) if req.reasoning_budget else None
@@ -425,6 +435,8 @@ class Generation:
         self._started = self._last = 0.0  # when the engine request began, and its last batch came
         self.request_id = ""
         self.metrics: Metrics | None = None
+        self.note_scrub: tuple[str, ...] = ()  # taken out of the unusable-call note (the family's delimiters)
+        self.headers: dict[str, str] = {}  # response headers preparing the request added
 
     async def events(self, sink: Callable[[list[Event]], None] | None = None) -> AsyncIterator[list[Event]]:
         """Filtered event lists as the engine produces ids; BackendError if the engine fails.
@@ -477,6 +489,11 @@ class Generation:
                         yield events
             events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
             self.calls.finish()
+            if self.calls.unusable and self.parser.finish_reason != "length":
+                # an agent's turn never ends empty: a call that could not be used says so in the text
+                events.append(ContentDelta(self.calls.note(self.note_scrub)))
+                log.info("%s %d unusable tool call(s): %s", self.request_id, len(self.calls.unusable),
+                         "; ".join(self.calls.unusable))
             yield events
             if self.calls.dropped:
                 log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
@@ -797,7 +814,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             prompt_tokens=gen.prompt_tokens,
             token_bytes=service.token_bytes,
         )
-        headers = dict(parsed.headers)
+        headers = {**dict(parsed.headers), **gen.headers}
         if headers:
             log.info("%s %s", gen.request_id, ", ".join(f"{k}: {v}" for k, v in headers.items()))
         if parsed.chat.stream:
@@ -812,11 +829,12 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         return await run(request, OPENAI_CHAT)
 
     async def messages(request: Request) -> Response:
-        return await run(request, ANTHROPIC)
+        # the served family decides what the thinking switch and effort become
+        return await run(request, ANTHROPIC, functools.partial(ANTHROPIC.parse, format=config.format))
 
     async def count_tokens(request: Request) -> Response:
         """Anthropic's token count: the prompt rendered as for a generation, nothing generated."""
-        got = await prepared(request, ANTHROPIC, ANTHROPIC.parse_count_tokens)
+        got = await prepared(request, ANTHROPIC, functools.partial(ANTHROPIC.parse_count_tokens, format=config.format))
         if isinstance(got, Response):
             return got
         parsed, gen = got
@@ -911,7 +929,7 @@ def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
                 allow_origins=list(config.cors_origins),
                 allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"],
-                expose_headers=["x-request-id", LEFT_OUT_HEADER],
+                expose_headers=["x-request-id", LEFT_OUT_HEADER, MAX_TOKENS_HEADER],
             )
         )
     stack.append(Middleware(SecurityMiddleware, policy=config.security, error_shape=refusal_body,

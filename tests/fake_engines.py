@@ -66,10 +66,14 @@ class FakeEngine:
         scripts: dict[str, Script] | None = None,
         *,
         sglang_cumulative: bool = False,
+        latest: bool = False,
     ) -> None:
         self.decode = decode
         self.scripts: dict[str, Script] = dict(scripts or {})
         self.sglang_cumulative = sglang_cumulative
+        # False: the longest key found in the prompt plays; True: the key found last in it (an
+        # agent session, where each step's prompt holds every earlier step's keys before its own)
+        self.latest = latest
         self.requests: list[tuple[str, dict]] = []
         self.healthy = True  # what GET /health says: 200, or 503 when False
         self.outcomes: dict[str, str] = {}  # script key -> "complete" | "cancelled"
@@ -113,7 +117,10 @@ class FakeEngine:
         matches = [k for k in self.scripts if k in text]
         if not matches:
             raise LookupError(f"no script for prompt ...{text[-200:]!r}")
-        key = max(matches, key=len)
+        if self.latest:
+            key = max(matches, key=lambda k: (text.rfind(k) + len(k), len(k)))
+        else:
+            key = max(matches, key=len)
         return key, self.scripts[key]
 
     def _done(self, key: str, outcome: str) -> None:

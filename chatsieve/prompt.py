@@ -460,8 +460,23 @@ def _gemma4_answer_turn(text: str, format: str | None, add_generation_prompt: bo
     return text + _GEMMA4_MODEL_TURN + ("" if variables.get("enable_thinking") else GEMMA4_EMPTY_THOUGHT)
 
 
+# A model turn the template goes on with after it closed the turn (a call message with text: the
+# text after the results, then `<turn|>`), without opening another
+_GEMMA4_CONTINUED = re.compile(re.escape(_GEMMA4_TURN_END) + r"(?!<\|turn>|$)")
+
+
+def _gemma4_reopened_turns(text: str, format: str | None) -> str:
+    """Where Gemma 4's template goes on with a model turn it closed, the turn is opened again as
+    the generation prompt opened it (`_gemma4_answer_turn`): the history reads as the model saw
+    it, and each step's prompt starts with the one before."""
+    if not _is_gemma4(format) or _GEMMA4_TURN_END not in text:
+        return text
+    return _GEMMA4_CONTINUED.sub(_GEMMA4_TURN_END + _GEMMA4_MODEL_TURN, text)
+
+
 def _drop_empty_thought(text: str, format: str | None, add_generation_prompt: bool,
                         keep_empty_thinking: bool, variables: Mapping[str, Any]) -> str:
+    text = _gemma4_reopened_turns(text, format)
     text = _gemma4_answer_turn(text, format, add_generation_prompt, variables)
     if (keep_empty_thinking or not add_generation_prompt or variables.get("enable_thinking")
             or not _is_gemma4(format) or not text.endswith(GEMMA4_EMPTY_THOUGHT)):

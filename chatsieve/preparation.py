@@ -20,6 +20,7 @@ __all__ = [
     "check_vocabulary_bounds",
     "effective_thinking",
     "fitted_max_tokens",
+    "parser_prompt",
     "model_context_length",
     "plan_request_constraint",
     "render_request_prompt",
@@ -130,6 +131,38 @@ def render_request_prompt(
             param="messages",
             code="template_error",
         ) from None
+
+
+def parser_prompt(prompt: Prompt, *, format: str, tokenizer: Any) -> str:
+    """The prompt text the parser reads its start state from (inside a reasoning block or not).
+
+    Caller text may spell a reasoning marker (an edited file holding `<think>`): isolation keeps it
+    ordinary pieces, but the parser reads text, where it looks the same. Where the family's
+    reasoning markers are single tokens, the text from the last one the template wrote (by id;
+    isolated spans hold none) on is what decides; a prompt without isolated spans is read whole."""
+    if not prompt.isolated_spans:
+        return prompt.text
+    from . import formats
+
+    spec = formats.get(format)
+    markers = (*spec.reasoning_open, *spec.reasoning_close)
+    ids = {tokenizer.single_token_id(m) for m in markers}
+    if not markers or None in ids:
+        return prompt.text
+    token_ids = prompt.token_ids
+    after = prompt.isolated_spans[-1][1]  # what follows the last caller delimiter
+    for i in range(len(token_ids) - 1, after - 1, -1):
+        if token_ids[i] in ids:
+            return tokenizer.decode(list(token_ids[i:]))
+    tail = tokenizer.decode(list(token_ids[after:]))
+    spans = iter(reversed(prompt.isolated_spans))
+    span = next(spans, None)
+    for i in range(after - 1, -1, -1):  # the last marker the template wrote before it, if any
+        while span is not None and i < span[0]:
+            span = next(spans, None)
+        if token_ids[i] in ids and not (span is not None and span[0] <= i < span[1]):
+            return tokenizer.decode([token_ids[i]]) + tail
+    return tail
 
 
 # says that a request's max_tokens was lowered to the room its prompt left in the context

@@ -43,6 +43,7 @@ from chatsieve.preparation import (
     effective_thinking,
     fitted_max_tokens,
     model_context_length,
+    parser_prompt,
     plan_request_constraint,
     render_request_prompt,
 )
@@ -349,7 +350,7 @@ class ChatService:
             self.config.format,
             tools=tools,
             thinking=req.thinking,
-            prompt=prompt.text,
+            prompt=parser_prompt(prompt, format=self.config.format, tokenizer=self.tokenizer),
             tokenizer=self.tokenizer,
             stop=list(req.stop) or None,
             stop_token_ids=list(self.stop_token_ids),

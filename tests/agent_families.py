@@ -92,6 +92,14 @@ def reasoning_head(family: str, reasoning: str, *, thinking: bool) -> str:
     return FAMILY_WRITERS[family].think(reasoning)
 
 
+def unfinished_call(family: str, name: str, args: dict, *, cut: str, first_call: int = 0) -> str:
+    """A call the model never finished (its arguments cut before `cut`, a string in them), then the
+    end of its turn: what the parser cannot read."""
+    w = FAMILY_WRITERS[family]
+    full = renumbered(family, w.section(w.call(0, name, args)), first_call)
+    return full[: full.index(cut)] + ("<|call|>" if formats.get(family).name == "gpt_oss" else (w.call_end or w.end))
+
+
 def encode(family: str, text: str, spell: Sequence[str] = ()) -> list[int]:
     """The ids of `text` as the model produces them, but each occurrence of a string in `spell`
     with the family's delimiters spelled from ordinary sub-word pieces (text the model repeats,

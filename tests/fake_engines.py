@@ -37,6 +37,7 @@ class Script:
     batch: int = 1  # ids per streamed event
     fail: str | None = None  # None | "status" | "reject" | "garbage" | "truncate" | "error_event"
     delay: float = 0.0  # seconds between events (to leave room for a disconnect)
+    first_delay: float = 0.0  # seconds of silence before the first event (a long prefill)
     ignore_max_tokens: bool = False  # an engine that runs past the max_tokens it was sent
     # Honour the request's constraint as a real engine would: refuse (400) a request that carries
     # none, or whose constraint the scripted output (but its last `constraint_tail` ids, the end
@@ -196,6 +197,8 @@ class FakeEngine:
         async def body() -> AsyncIterator[bytes]:
             outcome = "cancelled"
             try:
+                if script.first_delay:
+                    await asyncio.sleep(script.first_delay)
                 async for data in events:
                     if script.delay:
                         await asyncio.sleep(script.delay)

@@ -37,11 +37,11 @@ from agent_families import (
     prefix_breaks,
     prompts,
     reasoning_head,
-    renumbered,
     served,
     thinks,
     tokenizer,
     tricky_text,
+    unfinished_call,
 )
 from fake_engines import FakeEngine, Script, ServerThread, serve_process, spelled
 from models import model_path
@@ -175,13 +175,6 @@ def test_an_echoed_tool_call_in_a_file_is_not_run(recipe):
 # ---------------------------------------------------------------- 2. a session per family
 
 
-def _malformed(family: str, index: int = 0) -> str:
-    """A Write call the model never finished (its arguments cut), then the end of its turn."""
-    w = FAMILY_WRITERS[family]
-    full = renumbered(family, w.section(w.call(0, "Write", {"file_path": "/tmp/unused", "content": "never finished"})), index)
-    return full[: full.index("never")] + ("<|call|>" if family == "gpt_oss" else (w.call_end or w.end))
-
-
 @pytest.mark.parametrize("family", [pytest.param(f, marks=CODEC_37) if f == "qwen3_coder" else f for f in SIX])
 def test_claude_code_session(claude, tmp_path, family):
     work, home = tmp_path / "work", tmp_path / "home"
@@ -212,7 +205,9 @@ def test_claude_code_session(claude, tmp_path, family):
     }
     made[0] += 1
     steps["the served model reads text only"] = (
-        reasoning_head(family, "Note it.", thinking=thinks(family, True)) + _malformed(family, made[0] - 1)
+        reasoning_head(family, "Note it.", thinking=thinks(family, True))
+        + unfinished_call(family, "Write", {"file_path": "/tmp/unused", "content": "never finished"}, cut="never",
+                          first_call=made[0] - 1)
     )
     steps[f"[cc32-unknown:{family}]"] = out("Try a tool.", calls=(("NoSuchTool", {"x": 1}),))
     steps[f"[cc32-after:{family}]"] = out("Write it.", calls=(("Write", {"file_path": str(after), "content": "after\n"}),))

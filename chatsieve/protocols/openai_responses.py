@@ -388,7 +388,11 @@ def _item(it: Any, param: str, media: list[str]) -> dict:
         call_id = _required_str(it, "call_id", param)
         output = it.get("output")
         if isinstance(output, list):
-            output = "".join(_output_part(p, f"{param}.output[{j}]", media) for j, p in enumerate(output))
+            pieces = [_output_part(p, f"{param}.output[{j}]", media) for j, p in enumerate(output)]
+            # text parts join as written; a placeholder stands on a line of its own
+            output = "".join(
+                ("\n" if j and (placed or pieces[j - 1][1]) else "") + text for j, (text, placed) in enumerate(pieces)
+            )
         if not isinstance(output, str):
             raise RequestError(
                 f"{param}.output must be a string or an array of text, image or file parts", param=f"{param}.output"
@@ -456,17 +460,18 @@ def _part(p: Any, param: str) -> dict:
     raise RequestError(f"{param} must be a text part (input_text / output_text), got {kind!r}", param=param)
 
 
-def _output_part(p: Any, param: str, media: list[str]) -> str:
-    """A part of a tool's output as text: an image or file (Codex's view_image, an MCP tool's
-    picture) becomes a placeholder -- the served model reads text only -- named in `media`, so a
-    session that met one goes on; any other part is checked as `_part` checks it."""
+def _output_part(p: Any, param: str, media: list[str]) -> tuple[str, bool]:
+    """A part of a tool's output as text, and whether it is a placeholder: an image or file
+    (Codex's view_image, an MCP tool's picture) becomes one -- the served model reads text only --
+    named in `media`, so a session that met one goes on; any other part is checked as `_part`
+    checks it."""
     kind = p.get("type") if isinstance(p, dict) else None
     if kind in _MEDIA_PARTS:
         media.append(f"{kind}:{param}")
         url = p.get("image_url") or p.get("file_data") or ""
         media_type = url[5 : url.find(";")] if isinstance(url, str) and url.startswith("data:") and ";" in url else None
-        return media_placeholder("image" if "image" in kind else "file", p, media_type or p.get("filename"))
-    return _part_text(_part(p, param))
+        return media_placeholder("image" if "image" in kind else "file", p, media_type or p.get("filename")), True
+    return _part_text(_part(p, param)), False
 
 
 def _str(it: dict, key: str, param: str) -> str | None:

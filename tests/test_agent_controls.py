@@ -19,6 +19,7 @@ glm47, kimi_k2, gpt_oss) -- issue 32's items, protocol by protocol:
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import anthropic
@@ -447,6 +448,25 @@ def test_a_recorded_session_keeps_its_prompt_prefix(server, agent):
     steps = prompts(engine, before)
     assert len(steps) == len(recorded["requests"]) >= 5
     assert prefix_breaks(steps) == []
+
+
+def test_a_late_system_message_stays_where_it_arrived(server):
+    """Claude Code sends its environment (working directory, date, ...) as a system message after
+    the first user message: two sessions in different directories share the prompt through the
+    system prompt, the tool definitions and the user's message (gpt-oss's template would move it
+    in front of the tool definitions)."""
+    family, url, engine, _ = server
+    first = recorded_bodies(json.loads((SESSIONS / "claude_code_session.json").read_text(encoding="utf-8")))[0]
+    texts = []
+    for where in ("alpha-project", "beta-project"):
+        body = json.loads(json.dumps(first).replace("[cc32:qwen3]", "[t:answer-off]"))
+        (late,) = [m for m in body["messages"] if m["role"] == "system"]
+        late["content"][0]["text"] = late["content"][0]["text"].replace("Primary working directory:", f"Primary working directory: {where}")
+        r = _raw(url, "/v1/messages", {**body, "model": MODEL, "stream": False})
+        assert r.status_code == 200, r.text
+        texts.append(last_prompt(family, engine))
+    shared = len(os.path.commonprefix(texts))
+    assert texts[0].index("Tidy up my notes.") < shared <= texts[0].index("alpha-project")
 
 
 def recorded_bodies(recorded: dict) -> list[dict]:

@@ -58,13 +58,16 @@ def check_vocabulary_bounds(req: ChatRequest, vocab_size: int) -> None:
         raise RequestError(f"'top_k' must be at most the vocabulary size {vocab_size}, got {req.top_k}", param="top_k")
 
 
-def effective_thinking(req: ChatRequest, *, tokenizer: Any, template: str | None = None) -> ChatRequest:
-    """`req` without a thinking switch the chat template does not read: a family with no switch
-    (Qwen3-Coder, Kimi K2 Instruct) keeps its own default, and the parser is not told to expect
-    reasoning the prompt never opens (an agent's "thinking on" would otherwise make the whole
-    answer reasoning)."""
-    if req.thinking is None or not any(k in req.chat_template_kwargs for k in THINKING_SWITCHES):
+def effective_thinking(req: ChatRequest, *, format: str, tokenizer: Any, template: str | None = None) -> ChatRequest:
+    """`req` without a "thinking on" the chat template does not read, for a family whose parser
+    would then start inside a reasoning block the prompt never opened (Qwen3-Coder: an agent's
+    "thinking on" made the whole answer reasoning); it keeps its own default."""
+    if not req.thinking or not any(k in req.chat_template_kwargs for k in THINKING_SWITCHES):
         return req
+    from . import formats
+
+    if not formats.get(format).thinking_starts_in_reasoning:
+        return req  # the parser starts in the answer either way: a reasoning block the model opens is read as one
     try:
         switch = thinking_switch(tokenizer, template, req.prompt_tools)
     except PromptError:

@@ -337,7 +337,7 @@ class ChatService:
 
     def _prepare(self, req: ChatRequest) -> Generation:
         check_vocabulary_bounds(req, self.vocab_size)
-        req = effective_thinking(req, tokenizer=self.tokenizer, template=self.chat_template)
+        req = effective_thinking(req, format=self.config.format, tokenizer=self.tokenizer, template=self.chat_template)
         tools = req.prompt_tools
         context = self.max_model_len
         prompt = render_request_prompt(

@@ -235,6 +235,12 @@ def test_claude_code_session(claude, tmp_path, family):
         calls = [b["id"] for b in sent[1]["messages"][-2]["content"] if b["type"] == "tool_use"]
         assert results == calls[::-1]
         assert texts[1].index("first-42") < texts[1].index("second-43")
+    # Claude Code asks adaptive thinking at effort high (its default): on, where the family switches
+    assert all(body["thinking"]["type"] == "adaptive" and body["output_config"]["effort"] == "high" for body in sent)
+    if family == "gpt_oss":
+        assert "Reasoning: high" in texts[0]
+    elif family in ("qwen3", "glm47"):  # thinking off would have closed an empty block in the prompt
+        assert not texts[0].rstrip().endswith("</think>")
     if family == "gpt_oss":  # the preamble turn went back as the model wrote it
         assert "<|channel|>analysis<|message|>Run both.<|end|><|start|>assistant<|channel|>commentary<|message|>" \
                "I will run two commands.<|end|><|start|>assistant to=functions.Bash" in texts[1]  # fmt: skip

@@ -15,7 +15,7 @@ from typing import Any
 from .args.mistral import MistralCallList
 from .events import ContentDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
 from .spec import FormatSpec
-from .tools import normalize_tools
+from .tools import normalize_tools, rebase_refs
 
 __all__ = ["CALL_LIST", "CallListParser", "call_list_schema"]
 
@@ -35,17 +35,20 @@ def call_list_schema(tools: Sequence[Mapping[str, Any]], *, parallel: bool) -> d
         from .grammar import GrammarError
 
         raise GrammarError("tool_choice needs at least one tool to call")
+    one = len(normalized) == 1
     items = [
         {
             "type": "object",
+            # the arguments' own `$ref`s, rewritten to where that schema now stands
             "properties": {"name": {"const": name},
-                           "arguments": dict(params) if params else {"type": "object"}},
+                           "arguments": rebase_refs(dict(params), "/items" + ("" if one else f"/anyOf/{i}")
+                                                    + "/properties/arguments") if params else {"type": "object"}},
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
-        for name, params in normalized.items()
+        for i, (name, params) in enumerate(normalized.items())
     ]  # fmt: skip
-    schema: dict[str, Any] = {"type": "array", "items": items[0] if len(items) == 1 else {"anyOf": items},
+    schema: dict[str, Any] = {"type": "array", "items": items[0] if one else {"anyOf": items},
                               "minItems": 1}  # fmt: skip
     if not parallel:
         schema["maxItems"] = 1

@@ -8,6 +8,7 @@ from .args.keys import FirstKeyWins, last_key_wins
 from .events import Dropped, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
 from .lexer import Marker, Segment, Text
 from .spec import FormatSpec
+from .tools import typing_schemas
 
 CONTENT, REASONING, REGION, DONE = "content", "reasoning", "region", "done"
 
@@ -61,7 +62,7 @@ class Engine:
         self.thinking = spec.default_thinking if thinking is None else bool(thinking)
         self.stream_arguments = stream_arguments
         self.out: list = []  # events, and (kind, text, start, end) for text
-        self._tools = tools
+        self._tools = typing_schemas(tools)  # local `$ref`s followed where a value is typed
         self._content = FieldSink("content", self.out)
         self._reasoning = FieldSink("reasoning", self.out)
         self._filter = spec.content_filter(self.thinking) if spec.content_filter else None
@@ -74,6 +75,7 @@ class Engine:
         self._strip = frozenset(spec.strip)
         self._call_markers = self._c_open | self._c_close | frozenset(spec.inner)
         self._text_open = frozenset(spec.text_call_open)
+        self._literal = frozenset(spec.literal_outside)
         self._start_triggers = spec.content_call_start
         self._start_held: str | None = "" if spec.content_call_start else None
         self._start_held_at = 0
@@ -436,6 +438,8 @@ class Engine:
         elif m in self._end:
             self._release_label()
             self._mode = DONE
+        elif m in self._literal:
+            self._on_text(m, seg.start)  # a call's tag outside any call: the text it spells
         else:
             self._orphan(m)
             self._boundary()

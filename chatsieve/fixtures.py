@@ -187,8 +187,10 @@ def _invariants(
     spec_delims: tuple[str, ...],
     text_mode: bool,
     thought: frozenset[str] = frozenset(),
+    literal: frozenset[str] = frozenset(),
 ) -> str | None:
-    """`thought`: call markers that are reasoning text inside a reasoning block."""
+    """`thought`: call markers that are reasoning text inside a reasoning block; `literal`:
+    markers that are plain text outside a call region (`FormatSpec.literal_outside`)."""
     args: dict[int, list[str]] = {}
     ended: dict[int, bool] = {}
     for e in events:
@@ -205,7 +207,7 @@ def _invariants(
         for field_name in ("content", "reasoning"):
             v = getattr(msg, field_name) or ""
             for d in spec_delims:
-                if d in v and not (field_name == "reasoning" and d in thought):
+                if d in v and d not in literal and not (field_name == "reasoning" and d in thought):
                     return f"control marker {d!r} leaked into {field_name}"
     return None
 
@@ -232,6 +234,7 @@ def check_case(case: Case, tokenizer_for: Callable[[str], Any] | None = None) ->
     thought = frozenset((*spec.call_open, *spec.call_close, *spec.inner))
     if spec.calls_inside_reasoning:
         thought = frozenset()
+    literal = frozenset(spec.literal_outside)
     text = case.text
     failures: list[Failure] = []
 
@@ -248,7 +251,7 @@ def check_case(case: Case, tokenizer_for: Callable[[str], Any] | None = None) ->
             continue
         plain = all(not s for _, s in case.segments)  # no spelled segment: text mode sees what tokens see
         problem = compare(base, expect) if plain else None
-        problem = problem or _invariants(base, events, delims, plain, thought)
+        problem = problem or _invariants(base, events, delims, plain, thought, literal)
         if problem:
             failures.append(Failure(case, f"batch, {mode}", problem))
             continue
@@ -271,7 +274,7 @@ def check_case(case: Case, tokenizer_for: Callable[[str], Any] | None = None) ->
                 failures.append(Failure(case, where, f"raised {type(e).__name__} at {chunks[:3]}…: {e}"))
                 break
             problem = None if normalized(msg) == want else f"differs from batch at chunks {_short(chunks)}: {normalized(msg)} != {want}"
-            problem = problem or _invariants(msg, events, delims, plain, thought)
+            problem = problem or _invariants(msg, events, delims, plain, thought, literal)
             if problem:
                 failures.append(Failure(case, where, problem))
                 break

@@ -19,7 +19,7 @@ from typing import Any
 
 from .formats import get as get_format
 from .spec import FormatSpec
-from .tools import normalize_tools
+from .tools import normalize_tools, rebase_refs
 
 # which engines can name a control token inside a grammar
 TOKEN_GRAMMAR_ENGINES = frozenset({"llamacpp"})
@@ -587,8 +587,8 @@ def _calls_constraint(
         end = _reasoning_end(spec, thinking)
         check_schema_size(tools)
         schema = call_list_schema(tools, parallel=parallel)
-        if answer_schema is not None:
-            schema = {"anyOf": [schema, answer_schema]}
+        if answer_schema is not None:  # each keeps its own `$ref`s pointing at its own definitions
+            schema = {"anyOf": [rebase_refs(schema, "/anyOf/0"), rebase_refs(answer_schema, "/anyOf/1")]}
         if end is not None and engine in TOKEN_GRAMMAR_ENGINES and spec.reasoning_open:
             try:  # llama.cpp: one grammar, the reasoning block and then the call list
                 return Constraint("grammar", grammar=_after_reasoning(spec, end, token_id, schema), calls=True)

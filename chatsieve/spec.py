@@ -69,6 +69,9 @@ class FormatSpec:
     # without a prompt saying otherwise, the output starts inside that call region
     prompt_opens_call: str | None = None
     inner: tuple[str, ...] = ()  # markers meaningful only inside a call region
+    # inner markers that are plain text outside a call region (tags a family gates by a control
+    # token only to tell them apart inside a value, like DeepSeek V4's DSML tags)
+    literal_outside: tuple[str, ...] = ()
     # plain-text call openings (never gated, so the codec must confirm them):
     text_call_open: tuple[str, ...] = ()  # anywhere in content, e.g. "<function="
     content_call_start: tuple[str, ...] = ()  # only as the first content, e.g. "{", "["

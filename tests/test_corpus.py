@@ -37,7 +37,7 @@ def _batch_failures(case) -> list[Failure]:
         except Exception as e:  # noqa: BLE001 - a parser must never raise on model output
             out.append(Failure(case, "batch", f"raised {type(e).__name__}: {e}"))
             break
-        problem = (compare(msg, expect) if plain else None) or _invariants(msg, events, spec.delimiters, plain, thought)
+        problem = (compare(msg, expect) if plain else None) or _invariants(msg, events, spec.delimiters, plain, thought, frozenset(spec.literal_outside))
         if problem:
             out.append(Failure(case, f"batch, stream_arguments={stream}", problem))
             break

@@ -4,6 +4,7 @@ run says which test runs it as written, or why none can; the recipes no other te
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -107,7 +108,9 @@ def test_the_first_command_parses_the_example(tmp_path):
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
     out = subprocess.run(shlex.split(run), cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert '"name": "get_weather"' in out.stdout and '"reasoning"' in out.stdout
+    message = json.loads(out.stdout)
+    assert message["reasoning"].startswith("The user wants to know") and message["content"]
+    assert [(c["name"], c["arguments"]["zip"]) for c in message["tool_calls"]] == [("get_weather", "02139")]
 
 
 def test_the_tour_runs(capsys):

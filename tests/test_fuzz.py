@@ -39,7 +39,8 @@ def check_visible_text(msg, items, spec) -> None:
     # inside a reasoning block a call marker is reasoning text, unless calls may sit there
     thought = set() if spec.calls_inside_reasoning else {*spec.call_open, *spec.call_close, *spec.inner}
     for name in ("content", "reasoning"):
-        allowed = thought if name == "reasoning" else set()
+        # a call's tag outside any call region may be text (FormatSpec.literal_outside)
+        allowed = (thought if name == "reasoning" else set()) | set(spec.literal_outside)
         # gpt-oss joins messages one per line (docs/policies.md): a newline may stand where a marker was
         joiner = "\n" if spec.name == "gpt_oss" else ""
         plain = "".join(t if not is_marker or t in allowed else joiner for t, is_marker in items)

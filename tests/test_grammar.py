@@ -393,6 +393,30 @@ def test_tools_with_a_response_format_allow_the_calls_or_the_answer():
     assert not accepts(c.grammar, f'{think}hm{end}\n{{"b": 2}}')
 
 
+def test_call_lists_keep_the_schemas_local_references():
+    """Pydantic's `$defs`: each tool's `$ref`s, and the response format's, still point at their own
+    definitions once those schemas stand inside the call list (or beside it)."""
+    ids = {"<tool_call>": 151657, "</tool_call>": 151658, "<think>": 151667, "</think>": 151668}.get
+    paint = {"name": "paint", "parameters": {"$defs": {"Color": {"enum": ["red", "green"]}}, "type": "object",
+                                             "properties": {"color": {"$ref": "#/$defs/Color"}}, "required": ["color"]}}
+    answer = {"$defs": {"N": {"type": "integer"}}, "type": "object", "properties": {"n": {"$ref": "#/$defs/N"}},
+              "required": ["n"]}  # fmt: skip
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": answer}}
+    for tools in ([paint], [NOW, paint]):
+        c = plan("qwen3", tools=tools, tool_choice="required", engine="vllm", token_id=ids, response_format=None,
+                 thinking=False)
+        jsonschema.validate([{"name": "paint", "arguments": {"color": "red"}}], c.schema)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate([{"name": "paint", "arguments": {"color": "blue"}}], c.schema)
+        c = plan("qwen3", tools=tools, tool_choice="auto", engine="sglang", token_id=ids, response_format=rf)
+        jsonschema.validate([{"name": "paint", "arguments": {"color": "green"}}], c.schema)
+        jsonschema.validate({"n": 1}, c.schema)
+        for bad in ({"n": "x"}, [{"name": "paint", "arguments": {"color": "blue"}}]):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(bad, c.schema)
+    assert paint["parameters"]["properties"]["color"] == {"$ref": "#/$defs/Color"}  # the request's own is untouched
+
+
 def test_response_format_constraints():
     assert response_format_constraint(None) is None
     assert response_format_constraint({"type": "text"}) is None

@@ -8,26 +8,34 @@ arrives; any other value is emitted once whole. Markers inside a value are liter
 text, except `structural` ones (the region's end, the turn's end).
 
 Values are raw text, so they can hold the tags themselves (a file that contains
-`</parameter>`). A tag inside a value counts only when what follows it continues the
-call, and the value's tail is held back until that is clear:
-- VALUE_CLOSE, when whitespace and then KEY_OPEN with any parameter name (declared
-  or not: the server's schema handling decides), CALL_CLOSE, or the region's end follow;
+`</parameter>`, a test that holds a whole example call). A tag inside a value counts
+only in the shape the family's template writes it, and the value's tail is held back
+until that is clear (docs/policies.md, "Tags inside XML-style values"):
+- VALUE_CLOSE, when what follows continues the call: KEY_OPEN with any parameter name
+  (declared or not: the server's schema handling decides), CALL_CLOSE, or the region's
+  end, with nothing between but a line break (any whitespace when the close begins its
+  own line). A parameter the call already has, opened that way, is a repeat (the last
+  value wins) only when its own value's close is followed by the call's next parameter
+  or end; otherwise it was an example, and the whole of it is the value's text;
+- a mistyped VALUE_CLOSE (`</parameter1>`) in that shape ends the value too (repaired);
 - KEY_OPEN with a declared parameter the call does not have yet (without a schema: at
-  the start of a line), and CALL_CLOSE followed by the region's end or the next call:
-  the model left VALUE_CLOSE out, and the value ends there (repaired, reported). A
-  parameter the call already has, named again inside a value, is the value's text.
+  the start of a line), not after a space on its line, and CALL_CLOSE followed (in the
+  same shape) by the region's end or the next call: the model left VALUE_CLOSE out, and
+  the value ends there (repaired, reported).
+An example inside a value opens with the call's own tags (a region opener, CALL_OPEN,
+KEY_OPEN at the start of a line or right after a tag): every tag up to its matching
+close is the example's, the value's text, the region's end included.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from ..tools import JSON_NUMBER, coerce_json, json_text, property_schema, schema_types
+from ..tools import JSON_NUMBER, coerce_json, json_text, property_names, property_schema, schema_types
 from .base import CallContext, Junk, RegionCodec, json_string_body, valid_function_name
 from .pythonic import python_literal_json
 
@@ -37,6 +45,8 @@ _ATTR_HEAD = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=]+))(.*)""", re.S)
 _STRING_ATTR = re.compile(r"""\s*string\s*=\s*["']?(true|false)["']?\s*""", re.S)
 _MAX_HEAD = 256  # a name or key longer than this is not one
 _MAX_GAP = 256  # whitespace between a tag inside a value and what decides it
+_MAX_LOOK = 4096  # how far a repeated parameter's value is read ahead to tell a repeat from an example
+_DRIFT = re.compile(r"[\w.:-]{1,8}>")  # what a mistyped VALUE_CLOSE has after its stem (`</parameter1>`)
 
 # states
 OUTSIDE, NAME, ARGS, KEY, PRE_VALUE, VALUE = "outside", "name", "args", "key", "pre-value", "value"
@@ -60,6 +70,15 @@ class XmlKvSyntax:
     quoted: bool = False  # names and keys are `"X"` attributes: the quotes are removed
     string_attr: bool = False  # a `string="true|false"` attribute: raw text, or JSON
     structural: tuple[str, ...] = ()  # markers never literal inside a value (the region's end)
+    # the region's own open and close markers: inside a value they open and close an example
+    openers: tuple[str, ...] = ()
+    closers: tuple[str, ...] = ()
+
+    @cached_property
+    def drift(self) -> str:
+        """The stem of a mistyped VALUE_CLOSE (`</parameter` of `</parameter1>`), or ""."""
+        v = self.value_close
+        return v[:-1] if len(v) > 3 and v.startswith("</") and v.endswith(">") else ""
 
     @cached_property
     def tags(self) -> frozenset[str]:
@@ -80,7 +99,8 @@ class XmlKvSyntax:
             ARGS: (self.key_open, self.call_close),
             KEY: (self.key_close, self.call_open),
             PRE_VALUE: (self.value_open,) if self.value_open else (),
-            VALUE: (self.value_close, self.key_open, self.call_close),
+            VALUE: (self.value_close, self.key_open, self.call_close, self.call_open, self.drift, *self.openers,
+                    *self.closers),
             RECOVER: (self.call_open, self.call_close),
             ENDED: (),
             PEEK: (),
@@ -95,9 +115,21 @@ class XmlKvSyntax:
         }
 
     @cached_property
+    def example_open(self) -> frozenset[str]:
+        """Tags that open an example call inside a value."""
+        return frozenset(t for t in (self.call_open, *self.openers) if t)
+
+    @cached_property
     def value_plain(self) -> re.Pattern:
         """The characters that can begin a stop inside a value: text without them is plain."""
         return re.compile("[" + "".join(sorted({re.escape(s[0]) for s in self.stops[VALUE]})) + "]")
+
+    @cached_property
+    def extendable(self) -> frozenset[str]:
+        """Stops inside a value that are the start of a longer one (`</parameter` of
+        `</parameter>`): one that ends the text so far is held until the next character."""
+        v = self.stops[VALUE]
+        return frozenset(a for a in v if any(b != a and b.startswith(a) for b in v))
 
     @cached_property
     def prefixes(self) -> dict[str, tuple[frozenset[str], int]]:
@@ -156,6 +188,12 @@ class XmlKvCodec(RegionCodec):
         self._v_started = False
         self._v_hold = ""  # a trailing newline that may be trimmed
         self._v_nl = True  # the value so far is empty or ends a line
+        self._v_line = True  # ... or its last line holds only spaces and tabs so far
+        self._v_tag = False  # the value so far ends with one of the syntax's tags (its text)
+        self._v_space = False  # ... or with a space or a tab
+        # an example call inside the value: its parameters, calls and regions open so far
+        self._pdepth = self._cdepth = self._rdepth = 0
+        self._peek_line = False  # PEEK: the tag begins its own line
         self._cur_key = ""  # the parameter whose value is being read
         self._given: set[str] = set()  # the parameters the current call has so far
         self._peek_tag = ""  # PEEK: the tag inside the value being decided
@@ -181,11 +219,17 @@ class XmlKvCodec(RegionCodec):
             or self.syntax.value_plain.search(text) is not None
         ):
             return None
-        self._v_nl = False
+        self._v_track(text)
         return json_string_body(text)
 
     def marker(self, marker: str) -> bool:
         syn = self.syntax
+        if self._st in (VALUE, PEEK) and self._rdepth and marker in syn.closers:
+            self.feed(marker)  # the end of an example call's region, inside the value: its text
+            return True
+        if self._st == VALUE and self._value_gated and marker in syn.structural and self._held_drift():
+            self._drift_close()  # a mistyped close, then the region's end: the value ended there
+            return False
         if self._st == PEEK and marker in syn.structural:
             held, self._held = self._held, ""
             self._scan(held, final=True)  # the region ends here: the held tag is decided
@@ -202,13 +246,16 @@ class XmlKvCodec(RegionCodec):
         if self._st in (VALUE, PEEK) and marker in self.ctx.gated and marker in (syn.key_open, syn.call_close):
             # the next parameter or the call's end by its token id inside a value: the
             # model left out VALUE_CLOSE (an id is never a value's text); the tag counts
-            held, self._held = self._held, ""
-            self._st = VALUE
-            self._value_text(held)
-            why = f"no {syn.value_close} before {marker}: the value of {self._cur_key!r} ends there (repaired)"
-            self.ops.append(Junk("", why))
-            self._value_done()
-            self._st = ARGS
+            if self._st == VALUE and self._held_drift():
+                self._drift_close()  # ... or wrote it mistyped
+            else:
+                held, self._held = self._held, ""
+                self._st = VALUE
+                self._value_text(held)
+                why = f"no {syn.value_close} before {marker}: the value of {self._cur_key!r} ends there (repaired)"
+                self.ops.append(Junk("", why))
+                self._value_done()
+                self._st = ARGS
             self.feed(marker)
             return True
         if self._st in (VALUE, PEEK) and marker not in syn.structural:
@@ -271,10 +318,18 @@ class XmlKvCodec(RegionCodec):
                     return None
                 tag, self._st = self._peek_tag, VALUE
                 if not verdict:
-                    self._value_text(tag)  # the value's own text
+                    if tag == syn.key_open and self._shaped():
+                        self._pdepth += 1  # an example's parameter opens: its close is the example's
+                    elif tag == syn.value_close and self._pdepth:
+                        self._pdepth -= 1  # the example's parameter closes
+                    self._tag_text(tag)  # the value's own text
                     i += len(tag)
                     continue
                 if tag == syn.value_close:
+                    i += len(tag)
+                elif syn.drift and tag.startswith(syn.drift) and tag != syn.key_open:
+                    why = f"{tag} for {syn.value_close}: the value of {self._cur_key!r} ends there (repaired)"
+                    self.ops.append(Junk(tag, why))
                     i += len(tag)
                 else:  # the value ends before the tag, which is read again as itself
                     why = f"no {syn.value_close} before {tag}: the value of {self._cur_key!r} ends there (repaired)"
@@ -297,21 +352,64 @@ class XmlKvCodec(RegionCodec):
                     continue  # the text failed the call: look again from its start
                 self._held = buf[n - keep :]
                 return None
+            if st == VALUE and not final and m.end() == n and m.group() in syn.extendable:
+                self._text(buf[i : m.start()])  # `</parameter` may still become `</parameter>`
+                self._held = buf[m.start() :]
+                return None
             self._text(buf[i : m.start()])
             if self._st != st or self.verdict is False:
                 continue
-            if st == VALUE and self._value_gated:
-                self._value_text(m.group())  # spelled: only VALUE_CLOSE's token id ends the value
-                i = m.end()
-                continue
             if st == VALUE:
-                self._peek_tag = m.group()
-                self._st = PEEK
-                i = m.start()
+                j = self._value_tag(buf, m, final)
+                if j is None:
+                    self._held = buf[m.start() :]
+                    return None
+                i = j
                 continue
             i = m.end()
             self._tag(m.group())
         return n if self._st == ENDED else None
+
+    def _value_tag(self, buf: str, m: re.Match, final: bool) -> int | None:
+        """A stop found inside a value: where to read on, its fate decided by the tag
+        alone, or at the tag with PEEK set to decide it by what follows. None: held."""
+        syn = self.syntax
+        tag = m.group()
+        if self._value_gated:
+            # spelled: only VALUE_CLOSE's token id ends the value; a mistyped close at the
+            # end is held until what comes next says (the next tag's id: it was the close)
+            if syn.drift and tag == syn.drift:
+                d = _DRIFT.match(buf, m.end())
+                rest = buf[d.end() :] if d else buf[m.end() :]
+                if d is None and not final and len(rest) < 9 and _DRIFT.match(rest + ">") and ">" not in rest:
+                    return None
+                if d is not None and not rest.strip(_WS):
+                    if not final:
+                        return None
+                    self._held = buf[m.start() :]
+                    self._drift_close()
+                    return len(buf)
+            self._value_text(tag)
+            return m.end()
+        if tag in syn.example_open:  # an example call opens where the template would write it
+            if self._shaped():
+                if tag == syn.call_open:
+                    self._cdepth += 1
+                else:
+                    self._rdepth += 1
+        elif tag in syn.closers:
+            self._rdepth = max(self._rdepth - 1, 0)
+        elif tag == syn.call_close and (self._cdepth or self._rdepth):
+            self._cdepth = max(self._cdepth - 1, 0)  # an example call's end
+        elif tag == syn.drift and self._pdepth:
+            pass  # a mistyped close inside an example: its text
+        else:
+            self._peek_tag = tag
+            self._peek_line = self._v_line
+            self._st = PEEK
+            return m.start()
+        self._tag_text(tag)
+        return m.end()
 
     def _peek(self, buf: str, i: int, final: bool) -> bool | None:
         """Whether the tag at `i`, inside a value, counts (None: not clear yet)."""
@@ -320,6 +418,14 @@ class XmlKvCodec(RegionCodec):
         j = i + len(tag)
         if tag == syn.key_open and tag != syn.value_close:
             return self._next_key(buf, j, final, missing_close=True)
+        if syn.drift and tag.startswith(syn.drift) and tag != syn.value_close and tag != syn.call_close:
+            if tag == syn.drift:  # its tail: `1>` of `</parameter1>`
+                d = _DRIFT.match(buf, j)
+                if d is None:
+                    rest = buf[j : j + 9]
+                    return None if not final and ">" not in rest and _DRIFT.match(rest + ">") else False
+                tag = self._peek_tag = buf[i : d.end()]
+                j = d.end()
         k = j
         n = len(buf)
         while k < n and buf[k] in _WS:
@@ -328,22 +434,34 @@ class XmlKvCodec(RegionCodec):
             return False
         if k == n:
             return True if final else None  # only whitespace, then the region's end
+        gap = buf[j:k]
+        if gap and "\n" not in gap and not self._peek_line:
+            return False  # the template writes a line break, or nothing, after a close
         if tag == syn.call_close and tag != syn.value_close:  # `</function>`, no `</parameter>`
             nxt = syn.call_open  # ... counts before the region's end or the next call
             if buf.startswith(nxt, k):
                 return True
             return None if not final and nxt.startswith(buf[k : k + len(nxt)]) else False
+        # a close as the template writes it: then a line break, or directly the next tag
+        # (any whitespace when the close begins its own line)
         if syn.call_close and buf.startswith(syn.call_close, k):
-            return True
+            # the call's own end; inside an example call, the example's
+            return not (self._cdepth or self._rdepth)
         if buf.startswith(syn.key_open, k):
+            if self._pdepth:
+                return False  # an example's parameter closes, and its next one opens
             return self._next_key(buf, k + len(syn.key_open), final, missing_close=False)
-        if any(t and t.startswith(buf[k : k + len(t)]) for t in (syn.call_close, syn.key_open)):
+        if any(buf.startswith(t, k) for t in syn.closers):
+            return False  # an example's region end (or one spelled, token mode): not the call's
+        if any(t and n - k < len(t) and t.startswith(buf[k:]) for t in (syn.call_close, syn.key_open, *syn.closers)):
             return True if final else None
         return False
 
     def _next_key(self, buf: str, p: int, final: bool, *, missing_close: bool) -> bool | None:
         """Whether a KEY_OPEN at `p` (its key starts there) continues this call."""
         syn = self.syntax
+        if missing_close and (self._cdepth or self._rdepth):
+            return False  # inside an example call: the example's parameter
         e = buf.find(syn.key_close, p, p + _MAX_HEAD + len(syn.key_close))
         if e < 0:
             if len(buf) - p >= _MAX_HEAD + len(syn.key_close):
@@ -355,15 +473,76 @@ class XmlKvCodec(RegionCodec):
             return False
         if not missing_close:
             # VALUE_CLOSE, then the next parameter: the call goes on whether or not the
-            # schema declares that parameter (the server's schema handling decides)
+            # schema declares that parameter (the server's schema handling decides); one the
+            # call already has is a repeat, or an example the value holds: what follows says
+            if key in self._given:
+                return self._repeat(buf, e + len(syn.key_close), final)
             return True
         if key in self._given:
             return False  # a repair never replaces a value the call already has: text
-        schema = self.ctx.tools.get(self._name)
-        props = schema.get("properties") if isinstance(schema, Mapping) else None
-        if isinstance(props, Mapping) and props:
-            return key in props
+        if self._v_space and not self._v_line:
+            return False  # after a space on the line: a tag named in prose
+        declared = property_names(self.ctx.tools.get(self._name))
+        if declared:
+            return key in declared
         return self._v_nl
+
+    def _repeat(self, buf: str, p: int, final: bool) -> bool | None:
+        """After VALUE_CLOSE, a parameter the call already has opens (its key ends at `p`).
+        A repeat (True: the close counts, the last value wins) when that value's own close
+        is followed by the call's next parameter or end; an example the value holds (False:
+        all of it is the value's text) when anything else follows. Further repeats are read
+        through. At most _MAX_LOOK characters are read ahead: past them it stays ambiguous
+        (reported), and the value is kept whole."""
+        syn = self.syntax
+        n = len(buf)
+        limit = p + _MAX_LOOK
+        pat = syn.patterns[VALUE]
+        q = p
+        while True:
+            if syn.value_open:  # GLM, Hunyuan: `<arg_value>` before the value
+                while q < n and buf[q] in _WS and q - p <= _MAX_GAP:
+                    q += 1
+                if not buf.startswith(syn.value_open, q):
+                    return None if not final and syn.value_open.startswith(buf[q:]) else False
+                q += len(syn.value_open)
+            line = True  # where the repeated value starts
+            while True:
+                m = pat.search(buf, q, limit)
+                if m is None:
+                    if n < limit:
+                        return True if final else None
+                    why = (f"{self._cur_key!r}: a parameter the call has opens again inside the value, and nothing "
+                           f"within {_MAX_LOOK} characters tells a repeat from an example: kept as the value's text")
+                    self.ops.append(Junk("", why))
+                    return False
+                between = buf[q : m.start()]
+                nl = between.rfind("\n")
+                line = (line if nl < 0 else True) and not between[nl + 1 :].strip(" \t")
+                q = m.end()
+                if m.group() == syn.value_close:
+                    break
+                line = False
+            k = q
+            while k < n and buf[k] in _WS and k - q <= _MAX_GAP:
+                k += 1
+            if k == n:
+                return True if final else None
+            gap = buf[q:k]
+            if gap and "\n" not in gap and not line:
+                return False
+            if syn.call_close and buf.startswith(syn.call_close, k):
+                return True
+            if not buf.startswith(syn.key_open, k):
+                nxt = (syn.call_close, syn.key_open)
+                return None if not final and any(t and t.startswith(buf[k : k + len(t)]) for t in nxt) else False
+            e = buf.find(syn.key_close, k, k + _MAX_HEAD)
+            if e < 0:
+                return None if not final and n - k < _MAX_HEAD else False
+            raw = buf[k + len(syn.key_open) : e].strip(_WS)
+            if (self._unquote(raw)[0] if syn.quoted else raw) not in self._given:
+                return True  # the call's next parameter
+            q = e + len(syn.key_close)  # another repeat: read its value too
 
     def _text(self, s: str) -> None:
         if not s:
@@ -495,14 +674,52 @@ class XmlKvCodec(RegionCodec):
             self._streaming = self._key_kind == "true"
         self._v_started = False
         self._v_hold = ""
-        self._v_nl = True  # the value so far is empty or ends a line
+        self._v_nl = self._v_line = True  # the value so far is empty or ends a line
+        self._v_tag = self._v_space = False
+        self._pdepth = self._cdepth = self._rdepth = 0
         self._buf = []
         if self._streaming:
             self.args('"')
 
+    def _v_track(self, s: str) -> None:
+        """Where the value's text so far ends: a line's start, a tag (`_tag_text`)."""
+        self._v_nl = s[-1] == "\n"
+        self._v_space = s[-1] in " \t"
+        nl = s.rfind("\n")
+        self._v_line = (self._v_line if nl < 0 else True) and not s[nl + 1 :].strip(" \t")
+        self._v_tag = False
+
+    def _tag_text(self, tag: str) -> None:
+        """One of the syntax's tags, inside a value: its text."""
+        self._value_text(tag)
+        self._v_tag = True
+
+    def _shaped(self) -> bool:
+        """Whether a tag here stands where the template writes one (the start of a line, right
+        after another tag, inside an example call): an example's tag, not a mention in prose."""
+        return self._v_line or self._v_tag or bool(self._cdepth or self._rdepth)
+
+    def _held_drift(self) -> bool:
+        """Token mode: the value holds back a mistyped VALUE_CLOSE (and whitespace) at its end."""
+        held = self._held
+        syn = self.syntax
+        if not (syn.drift and held.startswith(syn.drift)):
+            return False
+        d = _DRIFT.match(held, len(syn.drift))
+        return d is not None and not held[d.end() :].strip(_WS)
+
+    def _drift_close(self) -> None:
+        """The held mistyped VALUE_CLOSE was the value's close (repaired)."""
+        held, self._held = self._held, ""
+        tag = held[: _DRIFT.match(held, len(self.syntax.drift)).end()]
+        why = f"{tag} for {self.syntax.value_close}: the value of {self._cur_key!r} ends there (repaired)"
+        self.ops.append(Junk(tag, why))
+        self._value_done()
+        self._st = ARGS
+
     def _value_text(self, s: str) -> None:
         if s:
-            self._v_nl = s[-1] == "\n"
+            self._v_track(s)
         trim = self.syntax.trim_newline
         if not self._v_started:
             self._v_started = True

@@ -23,6 +23,8 @@ DSML_SYNTAX = XmlKvSyntax(
     string_attr=True,
     # the end of either block (V3.2, V4) and of the turn
     structural=(f"</{DSML}function_calls>", f"</{DSML}tool_calls>", "<｜end▁of▁sentence｜>"),
+    openers=(f"<{DSML}function_calls>", f"<{DSML}tool_calls>"),
+    closers=(f"</{DSML}function_calls>", f"</{DSML}tool_calls>"),
 )
 
 DEEPSEEK_V32 = FormatSpec(
@@ -54,6 +56,8 @@ DEEPSEEK_V4 = dataclasses.replace(
     # V4's vocabulary has `｜DSML｜` as a control token: the call's tags spelled around it are
     # gated by its id (token mode), so one spelled inside a value (a file's text) is text
     inner=(DSML_SYNTAX.value_close, DSML_SYNTAX.key_open, DSML_SYNTAX.call_close),
+    # outside a block they are text the model wrote (an answer explaining the syntax), as in V3.2
+    literal_outside=(DSML_SYNTAX.value_close, DSML_SYNTAX.key_open, DSML_SYNTAX.call_close),
     template="llama.cpp/models/templates/deepseek-ai-DeepSeek-V4.jinja",
     calls_doc="as `deepseek_v32`, in `<｜DSML｜tool_calls>` blocks",
     tokenizer_doc="deepseek/v4",

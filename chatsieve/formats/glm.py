@@ -20,6 +20,8 @@ GLM_SYNTAX = XmlKvSyntax(
     value_open="<arg_value>",
     value_close="</arg_value>",
     structural=("</tool_call>", *_END),
+    openers=("<tool_call>",),
+    closers=("</tool_call>",),
 )
 
 GLM45 = FormatSpec(

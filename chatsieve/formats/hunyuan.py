@@ -16,6 +16,8 @@ HUNYUAN_SYNTAX = XmlKvSyntax(
     value_open="<arg_value>",
     value_close="</arg_value>",
     structural=("</tool_calls>", "<|eos|>"),
+    openers=("<tool_calls>",),
+    closers=("</tool_calls>",),
 )
 
 HUNYUAN = FormatSpec(

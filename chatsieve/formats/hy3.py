@@ -40,6 +40,8 @@ def hy3_format(suffix: str, *, name: str | None = None) -> FormatSpec:
         value_open=_tag(syn.value_open, suffix),
         value_close=_tag(syn.value_close, suffix),
         structural=tuple(_tag(t, suffix) for t in syn.structural),
+        openers=tuple(_tag(t, suffix) for t in syn.openers),
+        closers=tuple(_tag(t, suffix) for t in syn.closers),
     )
 
     def tags(group: tuple[str, ...]) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ model writes it."""
 
 from __future__ import annotations
 
-from ..args.xml_kv import XmlKvCodec, XmlKvSyntax
+from ..args.xml_kv import VALUE, XmlKvCodec, XmlKvSyntax
 from ..spec import FormatSpec
 
 CALL_OPEN, CALL_CLOSE = "<function name=", "</function>"
@@ -21,6 +21,8 @@ MINICPM5_SYNTAX = XmlKvSyntax(
     value_close=PARAM_CLOSE,
     quoted=True,
     structural=(CALL_CLOSE,),
+    openers=(CALL_OPEN,),
+    closers=(CALL_CLOSE,),
 )
 
 # CDATA filter states
@@ -30,7 +32,8 @@ _PASS, _TAG, _VALUE_START, _CDATA = range(4)
 class MiniCPM5CallCodec(XmlKvCodec):
     """The XML key/value codec behind a small filter that unwraps CDATA values: a
     value's leading `<![CDATA[` and its `]]>` are removed, what lies between is the
-    value. (A literal `</param>` inside CDATA still ends the value.)"""
+    value, every tag and marker in it its text (the template wraps a value in CDATA
+    exactly when it holds `<`)."""
 
     syntax = MINICPM5_SYNTAX
 
@@ -43,8 +46,18 @@ class MiniCPM5CallCodec(XmlKvCodec):
         return None  # every character must pass through `feed`
 
     def feed(self, text: str) -> int:
-        super().feed(self._filter(text))
+        for piece, literal in self._filter(text):
+            if literal and self._st == VALUE and not self._held:
+                self._value_text(piece)  # inside CDATA: no tag counts
+            else:
+                super().feed(piece)
         return len(text)
+
+    def marker(self, marker: str) -> bool:
+        if self._f == _CDATA and self._st == VALUE:
+            self.feed(marker)  # `</function>` inside CDATA is text (held as a region end would be)
+            return True
+        return super().marker(marker)
 
     def close(self, *, truncated: bool) -> None:
         hold, self._hold = self._hold, ""
@@ -52,8 +65,9 @@ class MiniCPM5CallCodec(XmlKvCodec):
             super().feed(hold)
         super().close(truncated=truncated)
 
-    def _filter(self, text: str) -> str:
-        out: list[str] = []
+    def _filter(self, text: str) -> list[tuple[str, bool]]:
+        """The text without CDATA wrappers, as (piece, inside CDATA) pieces."""
+        out: list[tuple[str, bool]] = []
         s = self._hold + text
         self._hold = ""
         i, n = 0, len(s)
@@ -63,18 +77,18 @@ class MiniCPM5CallCodec(XmlKvCodec):
                 j = s.find(PARAM_OPEN, i)
                 if j < 0:
                     keep = _tail_prefix(s, i, PARAM_OPEN)
-                    out.append(s[i : n - keep])
+                    out.append((s[i : n - keep], False))
                     self._hold = s[n - keep :]
-                    return "".join(out)
-                out.append(s[i : j + len(PARAM_OPEN)])
+                    return out
+                out.append((s[i : j + len(PARAM_OPEN)], False))
                 i = j + len(PARAM_OPEN)
                 self._f = _TAG
             elif f == _TAG:
                 j = s.find(">", i)
                 if j < 0:
-                    out.append(s[i:])
-                    return "".join(out)
-                out.append(s[i : j + 1])
+                    out.append((s[i:], False))
+                    return out
+                out.append((s[i : j + 1], False))
                 i = j + 1
                 self._f = _VALUE_START
             elif f == _VALUE_START:
@@ -82,7 +96,7 @@ class MiniCPM5CallCodec(XmlKvCodec):
                 stripped = rest.lstrip(" \t\r\n")
                 if len(stripped) < len(CDATA_OPEN) and CDATA_OPEN.startswith(stripped):
                     self._hold = rest  # nothing yet, or what may still become `<![CDATA[`
-                    return "".join(out)
+                    return out
                 if stripped.startswith(CDATA_OPEN):
                     i = n - len(stripped) + len(CDATA_OPEN)  # the whitespace before it goes too
                     self._f = _CDATA
@@ -92,13 +106,13 @@ class MiniCPM5CallCodec(XmlKvCodec):
                 j = s.find(CDATA_CLOSE, i)
                 if j < 0:
                     keep = _tail_prefix(s, i, CDATA_CLOSE)
-                    out.append(s[i : n - keep])
+                    out.append((s[i : n - keep], True))
                     self._hold = s[n - keep :]
-                    return "".join(out)
-                out.append(s[i:j])
+                    return out
+                out.append((s[i:j], True))
                 i = j + len(CDATA_CLOSE)
                 self._f = _PASS
-        return "".join(out)
+        return out
 
 
 def _tail_prefix(s: str, start: int, token: str) -> int:

@@ -19,6 +19,8 @@ MINIMAX_M2_SYNTAX = XmlKvSyntax(
     trim_newline=True,
     quoted=True,
     structural=("</minimax:tool_call>", *_END),
+    openers=("<minimax:tool_call>",),
+    closers=("</minimax:tool_call>",),
 )
 
 MINIMAX_M2 = FormatSpec(

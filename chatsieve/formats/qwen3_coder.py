@@ -18,6 +18,8 @@ QWEN3_CODER_SYNTAX = XmlKvSyntax(
     value_close="</parameter>",
     trim_newline=True,  # the template writes `>\nV\n</parameter>`
     structural=("</tool_call>", *_END),
+    openers=("<tool_call>",),
+    closers=("</tool_call>",),
 )
 
 QWEN3_CODER = FormatSpec(

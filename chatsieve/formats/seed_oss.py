@@ -13,7 +13,12 @@ from .qwen3_coder import QWEN3_CODER_SYNTAX
 
 _END = ("<seed:eos>", "<seed:bos>")
 
-SEED_OSS_SYNTAX = dataclasses.replace(QWEN3_CODER_SYNTAX, structural=("</seed:tool_call>", *_END))
+SEED_OSS_SYNTAX = dataclasses.replace(
+    QWEN3_CODER_SYNTAX,
+    structural=("</seed:tool_call>", *_END),
+    openers=("<seed:tool_call>",),
+    closers=("</seed:tool_call>",),
+)
 
 SEED_OSS = FormatSpec(
     name="seed_oss",

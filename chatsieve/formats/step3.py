@@ -24,6 +24,8 @@ STEPTML_SYNTAX = XmlKvSyntax(
     value_close="</steptml:parameter>",
     quoted=True,
     structural=(CALLS_END, CALL_END),
+    openers=(CALLS_BEGIN, CALL_BEGIN),
+    closers=(CALL_END, CALLS_END),
 )
 
 

@@ -56,11 +56,6 @@ ANSWER = "I wrote the greeting to the file."
 MARKER = "ECHO-MARKER-5150"
 CLAUDE_MAX_TOKENS = 32_000  # what Claude Code 2.1.328 asks for by default
 NOTE = "[chatsieve: a tool call the model wrote was not run:"
-# Qwen3-Coder's values are XML: one that mentions `</parameter>` is cut there until the codec
-# decides a closing tag by what follows (issue 37, worked on beside this one)
-CODEC_37 = pytest.mark.xfail(
-    strict=True, reason="issue 37: a Qwen3-Coder value that mentions </parameter> is cut there (codec fix pending)"
-)
 
 
 def _call(name: str, args: dict) -> str:
@@ -175,7 +170,7 @@ def test_an_echoed_tool_call_in_a_file_is_not_run(recipe):
 # ---------------------------------------------------------------- 2. a session per family
 
 
-@pytest.mark.parametrize("family", [pytest.param(f, marks=CODEC_37) if f == "qwen3_coder" else f for f in SIX])
+@pytest.mark.parametrize("family", SIX)
 def test_claude_code_session(claude, tmp_path, family):
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()

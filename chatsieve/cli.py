@@ -40,7 +40,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
     from .tools import ToolsError, normalize_tools
 
     if args.list_formats:
+        args.detect = None
         return cmd_formats(args)
+    _format_file(args)
     if not args.format:
         raise UsageError("--format is required (list them with --list-formats)")
     try:
@@ -77,6 +79,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .fixtures import FixtureError, check_paths
 
     models = args.models or os.environ.get("CHATSIEVE_MODELS")
+    _format_file(args)
     for p in args.paths:
         if not Path(p).exists():
             raise UsageError(f"no such fixture file or directory: {p}")
@@ -94,9 +97,70 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _format_file(args: argparse.Namespace) -> None:
+    """--format-file: the family registered under its name (and named by --format)."""
+    if not getattr(args, "format_file", None):
+        return
+    from .format_file import FormatFileError, register_file
+
+    try:
+        spec = register_file(args.format_file)
+    except FormatFileError as e:
+        raise UsageError(str(e)) from None
+    if getattr(args, "format", None) not in (None, spec.name):
+        raise UsageError("give --format or --format-file, not both")
+    if hasattr(args, "format"):
+        args.format = spec.name
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    """The format a chat template (a .jinja file, a tokenizer_config.json, a model directory or a
+    GGUF) writes: its name and why, or the nearest formats (exit status 1)."""
+    from .detect import analyze, read_template_file
+
+    path = Path(args.detect)
+    if not path.exists():
+        raise UsageError(f"--detect {path}: no such file or directory")
+    try:
+        template = read_template_file(path)
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise UsageError(f"--detect {path}: {e}") from None
+    tokenizer = None
+    if path.is_dir() or path.suffix == ".gguf":
+        try:
+            from .tokenizer import load_tokenizer
+
+            tokenizer = load_tokenizer(path)
+        except (OSError, ValueError, ImportError):
+            tokenizer = None  # the template alone still places it
+    found = analyze(template, tokenizer)
+    if args.json:
+        out = {"format": found.match.name if found.match else None,
+               "evidence": list(found.match.evidence) if found.match else [],
+               "problem": found.problem,
+               "candidates": [{"format": c.name, "score": c.score, "reads_calls": c.fits, "why": list(c.why)}
+                              for c in found.candidates[:5]]}
+        json.dump(out, sys.stdout, ensure_ascii=False, indent=2)
+        sys.stdout.write("\n")
+    elif found.match is not None:
+        print(found.match.name)
+        for line in found.match.evidence:
+            print(f"  - {line}")
+        for c in found.match.runners_up:
+            print(f"  runner-up: {c}")
+    else:
+        print(f"no format: {found.problem}")
+        for c in found.candidates[:3]:
+            print(f"  nearest: {c}")
+    return 0 if found.match is not None else 1
+
+
 def cmd_formats(args: argparse.Namespace) -> int:
     """Print the formats table (Markdown), gates computed with the real tokenizers in --models."""
     from .table import formats_table, reference_tokenizer
+
+    if args.detect:
+        return cmd_detect(args)
 
     models = args.models or os.environ.get("CHATSIEVE_MODELS")
     if models and not Path(models).is_dir():
@@ -141,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("parse", help="parse raw model output into a message (JSON)")
     p.add_argument("--format", help="model family, e.g. gemma4, qwen3 (required)")
+    p.add_argument("--format-file", help="a family described in a format file (YAML or JSON) instead of --format")
     p.add_argument("--list-formats", action="store_true", help="print the formats table and exit")
     p.add_argument("--models", help=argparse.SUPPRESS)
     p.add_argument("--tools", help="JSON file with the request's tools")
@@ -153,10 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="run YAML fixture files (batch, every split, random chunkings, tokens)")
     c.add_argument("paths", nargs="+")
     c.add_argument("--models", help="directory of tokenizers named by fixtures (default $CHATSIEVE_MODELS)")
+    c.add_argument("--format-file", help="a format file whose family the fixtures name (format: NAME)")
     c.set_defaults(run=cmd_check)
 
     f = sub.add_parser("formats", help="print the formats table (Markdown): names, syntax, gates, templates")
     f.add_argument("--models", help="real tokenizers to compute the gates with (default $CHATSIEVE_MODELS)")
+    f.add_argument("--detect", metavar="PATH",
+                   help="print the format a chat template writes (a .jinja file, a tokenizer_config.json, a model "
+                   "directory or a GGUF) and why; exit status 1 with the nearest formats when none does")
+    f.add_argument("--json", action="store_true", help="with --detect: the answer as JSON")
     f.set_defaults(run=cmd_formats)
 
     for name, (_, _, help_) in _DELEGATED.items():

@@ -207,6 +207,9 @@ class Engine:
             self._thought += keep
             self._open_region(REASONING, opener=seg.text)
             return False
+        elif seg.text in self._strip:  # says nothing (K2-Horizon's section tags around its calls)
+            self._thought += keep
+            return False
         elif seg.text in self._end:
             self._thought_release()
             return True

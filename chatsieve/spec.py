@@ -86,6 +86,9 @@ class FormatSpec:
     calls_doc: str = ""  # e.g. "`<tool_call>{\"name\", \"arguments\"}</tool_call>`"
     tokenizer_doc: str = ""  # the real tokenizer its token-mode fixtures use, e.g. "qwen3"
     template: str | None = None  # chat template in the test data (shared/models or llama.cpp/models/), for the formats table
+    # more real templates of the family in the test data, whose renderings detection knows
+    # (chatsieve.detect_known) besides `template`'s
+    templates: tuple[str, ...] = ()
     engine: type | None = None  # an Engine subclass for grammars beyond the shared one
     call_syntax: str | None = None  # chatsieve.grammar's builder that can force its calls
     tool_prompt: ToolPrompt | None = None  # the documented tool prompt, for templates that ignore tools

@@ -297,3 +297,28 @@ def test_forced_calls_as_a_json_call_list(dyn, model_dirs):
     assert [(n, json.loads(a)) for n, a in calls] == [("get_weather", {"city": "Paris"})]
     schema = routed.requests[0]["sampling_options"]["guided_decoding"]["json"]
     assert schema["type"] == "array" and schema["minItems"] == 1
+
+
+class _Card:
+    """A stand-in for Dynamo's model deployment card: a name and a local model directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def name(self) -> str:
+        return "m"
+
+    def local_dir(self) -> str:
+        return str(self.directory)
+
+    def runtime_config(self) -> dict:
+        return {}
+
+    def to_json_str(self) -> str:
+        return "{}"
+
+
+def test_format_auto_is_the_one_the_chat_template_writes(dyn, model_dirs):
+    factory = dyn.ChatsieveEngineFactory(dyn.DynamoOptions(format="auto"))
+    engine = asyncio.run(factory.make_engine(_Card(model_dirs["qwen3"]), RoutedEngine([])))
+    assert engine.format == "qwen3"

@@ -245,7 +245,7 @@ def test_json_schema_grammar_accepts_valid_documents(doc):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"format": "gemma4", "tools": [NOW]}, "no call grammar for its syntax; supported: gemma3"),
+        ({"format": "gemma4", "tools": [NOW]}, "no call grammar for its syntax; supported: exaone4, gemma3"),
         ({"format": "qwen3", "tools": [NOW], "engine": "vllm"}, "a vllm grammar cannot name"),
         ({"format": "qwen3", "tools": [NOW], "engine": "llamacpp"}, "not a single token"),  # no tokenizer
         (
@@ -269,7 +269,9 @@ def test_clear_errors_for_what_a_grammar_cannot_express(kwargs, message):
 
 def test_supported_formats_are_the_families_with_a_call_syntax():
     # granite4 is the Hermes wire format (formats/granite.py), so it shares the tool-call-tags grammar
-    assert supported_formats() == ["gemma3", "granite4", "hermes", "llama3_json", "pythonic", "qwen3"]
+    # exaone4 and holo2 write Hermes calls too; granite_pythonic's forced calls are the pythonic list
+    assert supported_formats() == ["exaone4", "gemma3", "granite4", "granite_pythonic", "hermes", "holo2",
+                                   "llama3_json", "pythonic", "qwen3"]
 
 
 def test_plan_picks_the_call_grammar_then_the_response_format():

@@ -39,6 +39,10 @@ SWITCHES = {
     "kimi_k3": ("thinking", True, False),
     "minimax_m3": ("thinking_mode", "enabled", "disabled"),
     "seed_oss": ("thinking_budget", -1, 0),
+    "ling3": ("enable_thinking", True, False),
+    "laguna": ("enable_thinking", True, False),
+    "qwen35": ("enable_thinking", True, False),
+    "hy3_opensource": ("reasoning_effort", "high", "no_think"),
 }
 # templates whose generation prompt is there whether add_generation_prompt is true or not
 ALWAYS_OPEN = {"cohere_command"}

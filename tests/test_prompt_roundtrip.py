@@ -315,6 +315,11 @@ SHAPES.update({_LLAMA_CPP + name: shape for name, shape in {
     "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja": (True, False, True),
     "ByteDance-Seed-OSS.jinja": (True, False, True),
     "StepFun3.5-Flash.jinja": (True, False, True),
+    "inclusionai-ling-3.0-flash.jinja": (True, False, True),
+    "poolside-Laguna-S-2.1.jinja": (True, False, True),
+    "Qwen3.5-4B.jinja": (True, False, True),
+    "tencent-Hy3.jinja": (True, False, True),
+    "muse-glimmer.jinja": (True, False, True),  # refuses a call whose arguments are a string
     # the later edits of first-version templates (chatsieve.testdata.LATER_EDITS)
     "Qwen3-Coder.jinja": (True, False, True),
     "moonshotai-Kimi-K2.jinja": (True, False, True),

@@ -284,6 +284,10 @@ def extra_jobs(dirs: dict) -> list[dict]:
                  "reasoning_parser": "chatsieve_qwen3", "output_ids": tok.encode(QWEN3_OUTPUT),
                  "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
                              "tools": WEATHER, "stream": False}})  # fmt: skip
+    jobs.append({"id": "auto/batch", "model": "qwen3", "tool_call_parser": "chatsieve_auto",
+                 "reasoning_parser": "chatsieve_auto", "output_ids": tok.encode(QWEN3_OUTPUT),
+                 "request": {"model": "test-model", "messages": [{"role": "user", "content": "hi"}],
+                             "tools": WEATHER, "stream": False}})  # fmt: skip
     for label, parsers in (
         ("tool-only", ("chatsieve_qwen3", None)),
         ("reasoning-only", (None, "chatsieve_qwen3")),
@@ -513,6 +517,14 @@ def test_any_engine_chunking_gives_the_batch_message(n, sglang_run):
     assert got.reasoning == "The user wants weather."
     assert got.content == "Checking."
     assert [json.loads(c.arguments) for c in got.tool_calls] == [{"city": "Paris", "days": 3}]
+
+
+def test_chatsieve_auto_serves_the_format_the_chat_template_writes(sglang_run):
+    """--tool-call-parser / --reasoning-parser chatsieve_auto: Qwen3's chat template places qwen3."""
+    results, _ = sglang_run
+    got, finish = batch_message(results["results"]["auto/batch"])
+    want, want_finish = batch_message(results["results"]["chunking/batch"])
+    assert same_message(got, want) is None and finish == want_finish == "tool_calls"
 
 
 # ---------------------------------------------------------------- gating, prompts, policies

@@ -454,11 +454,22 @@ def test_extract_tool_calls_gives_vllms_batch_shape(vllm_tokenizers):
 
 
 def test_every_format_is_registered_under_both_flags():
-    names = [f"chatsieve_{f}" for f in formats.names()]
+    names = [f"chatsieve_{f}" for f in (*formats.names(), "auto")]
     assert plugin.parser_names() == names
     for name in names:
         assert issubclass(ReasoningParserManager.get_reasoning_parser(name), plugin.ChatsieveReasoningParser)
         assert issubclass(ToolParserManager.get_tool_parser(name), plugin.ChatsieveToolParser)
+
+
+def test_chatsieve_auto_parses_in_the_format_the_chat_template_writes(vllm_tokenizers):
+    """chatsieve_auto: the format found from the model's chat template (Qwen3's here)."""
+    vtok = vllm_tokenizers["qwen3"]
+    request = make_request(WEATHER, stream=False)
+    parser = new_parser(parser_class("auto", tokenizer=vtok), vtok, request)
+    reasoning, content, calls = parser.parse(
+        '<think>Paris.</think><tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', request
+    )
+    assert reasoning == "Paris." and [c.name for c in calls] == ["get_weather"]
 
 
 def test_mixing_with_vllms_parsers_is_refused_at_startup():

@@ -25,6 +25,7 @@ class JsonCallCodec(RegionCodec):
 
     until_object_end = False
     name_keys: tuple[str, ...] = ("name",)  # keys that hold the call's name (Cohere: "tool_name")
+    arg_keys: tuple[str, ...] = ARG_KEYS  # keys that hold its arguments (Inkling: "args")
 
     def __init__(self, ctx: CallContext) -> None:
         super().__init__(ctx)
@@ -147,7 +148,7 @@ class JsonCallCodec(RegionCodec):
         self._st = VALUE
         if self._key in self.name_keys:
             self._kind = "name"
-        elif self._key in ARG_KEYS and not self._have_args:
+        elif self._key in self.arg_keys and not self._have_args:
             self._have_args = True
             self._kind = "args" if c == "{" else "args-str" if c == '"' else "bad-args"
         else:

@@ -582,7 +582,9 @@ class XmlKvCodec(RegionCodec):
                 return
             # `<function=NAME<parameter=`; a separator (Hunyuan's `<tool_sep>`) may be left
             # out when no parameter follows
-            if syn.call_open and t not in syn.name_close and (t == syn.key_open or syn.name_close[0] == ">"):
+            if syn.call_open and syn.name_close and t not in syn.name_close and (
+                t == syn.key_open or syn.name_close[0] == ">"
+            ):  # no name_close at all (HY V4): the name simply runs to the first key
                 self.ops.append(Junk("", f"no {syn.name_close[0]} after the function name {self._name!r} (repaired)"))
             if t == syn.key_open:
                 self._confirm()

@@ -9,6 +9,8 @@ from ..spec import FormatSpec
 
 _SPECS: dict[str, FormatSpec] = {}
 _ALIASES: dict[str, str] = {}
+# families whose tags carry a per-checkpoint suffix: `NAME:SUFFIX` builds the spec on demand
+_SUFFIXED: dict[str, object] = {}
 
 
 class UnknownFormat(ValueError):
@@ -33,9 +35,39 @@ def get(name: str | FormatSpec) -> FormatSpec:
     if isinstance(name, FormatSpec):
         return name
     canonical = _ALIASES.get(_key(name)) if isinstance(name, str) else None
+    if canonical is None and isinstance(name, str) and ":" in name:
+        return _with_suffix(name)
     if canonical is None:
         raise UnknownFormat(f"unknown format {name!r}; known: {', '.join(names())}")
     return _SPECS[canonical]
+
+
+def suffixed_families() -> list[str]:
+    """The families `NAME:SUFFIX` builds a spec for (tags carrying a checkpoint's suffix)."""
+    return sorted(_SUFFIXED)
+
+
+_BUILT: dict[str, FormatSpec] = {}  # `NAME:SUFFIX` specs built so far (not listed by `names`)
+
+
+def _with_suffix(name: str) -> FormatSpec:
+    key = _key(name)
+    if key not in _BUILT:
+        if len(_BUILT) >= 64:  # bounded: names come from requests and templates
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = build_suffixed(name)
+    return _BUILT[key]
+
+
+def build_suffixed(name: str) -> FormatSpec:
+    """The spec `NAME:SUFFIX` names (see `suffixed_families`), not registered."""
+    base, _, suffix = name.strip().partition(":")
+    family = _ALIASES.get(_key(base))
+    build = _SUFFIXED.get(family) if family else None
+    if build is None or any(c in suffix for c in "<>| \t\n") or len(suffix) > 40:
+        raise UnknownFormat(f"unknown format {name!r}; known: {', '.join(names())} "
+                            f"(and NAME:SUFFIX for {', '.join(suffixed_families())})")
+    return build(":" + suffix, f"{family}:{suffix}")
 
 
 def names() -> list[str]:
@@ -48,12 +80,39 @@ def aliases() -> dict[str, str]:
     return dict(_ALIASES)
 
 
+def detect(chat_template, tokenizer=None):
+    """The registered format whose markup `chat_template` (its text or a path; None: the
+    tokenizer's own) writes, as a `chatsieve.detect.FormatMatch`, or None. `analyze` gives
+    every candidate, nearest first (see chatsieve/detect.py)."""
+    from ..detect import detect as _detect
+
+    return _detect(chat_template, tokenizer)
+
+
+def analyze(chat_template, tokenizer=None):
+    """`detect` with its reasons: a `chatsieve.detect.Detection` (the match or None, every
+    candidate scored, why nothing was placed)."""
+    from ..detect import analyze as _analyze
+
+    return _analyze(chat_template, tokenizer)
+
+
+def load(path) -> FormatSpec:
+    """A family described in a format file (YAML or JSON; see docs/format-files.md), validated
+    like user input (`chatsieve.format_file.FormatFileError` names each bad field). Not registered:
+    pass the spec itself as a format, or `register` it."""
+    from ..format_file import load as _load
+
+    return _load(path)
+
+
 def _discover() -> None:
     """Each module in this package lists its families in a module-level SPECS tuple."""
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{__name__}.{info.name}")
         for spec in getattr(module, "SPECS", ()):
             register(spec)
+        _SUFFIXED.update(getattr(module, "SUFFIXED", {}))
 
 
 _discover()

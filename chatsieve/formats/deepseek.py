@@ -101,4 +101,17 @@ DEEPSEEK_V31 = dataclasses.replace(
     tool_prompt=DEEPSEEK_V31_TOOL_PROMPT,
 )
 
-SPECS = (DEEPSEEK_R1, DEEPSEEK_V3, DEEPSEEK_V31)
+# Deep Cogito v2: DeepSeek's call tokens; `<think>` only when thinking is enabled, and then the
+# output starts inside it.
+COGITO = dataclasses.replace(
+    DEEPSEEK_V3,
+    name="cogito",
+    description="Deep Cogito v2 (DeepSeek calls; the output starts in <think> when thinking is on)",
+    aliases=("cogito-v2", "cogito_v2", "deep-cogito", "deepcogito"),
+    thinking_starts_in_reasoning=True,
+    template=None,
+    tool_prompt=None,
+    reasoning_doc="`<think>…</think>` when thinking is on (the output starts inside it), off by default",
+)
+
+SPECS = (DEEPSEEK_R1, DEEPSEEK_V3, DEEPSEEK_V31, COGITO)

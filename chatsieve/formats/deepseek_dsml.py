@@ -63,4 +63,33 @@ DEEPSEEK_V4 = dataclasses.replace(
     tokenizer_doc="deepseek/v4",
 )
 
-SPECS = (DEEPSEEK_V32, DEEPSEEK_V4)
+# V4.1: the same DSML with a space before each tag name (`<｜DSML｜ calls>`, `<｜DSML｜ invoke name=…>`,
+# `<｜DSML｜ parameter name=… string=…>`), as its reference encoder writes them; V4's parser finds no
+# call in it. Thinking is the default (the prompt ends `<think>`; the chat prompt ends `</think>`).
+DSML_V41_SYNTAX = dataclasses.replace(
+    DSML_SYNTAX,
+    call_open=f"<{DSML} invoke name=",
+    call_close=f"</{DSML} invoke>",
+    key_open=f"<{DSML} parameter name=",
+    value_close=f"</{DSML} parameter>",
+    structural=(f"</{DSML} calls>", "<｜end▁of▁sentence｜>"),
+)
+
+DEEPSEEK_V41 = dataclasses.replace(
+    DEEPSEEK_V4,
+    name="deepseek_v41",
+    description="DeepSeek V4.1 (spaced DSML `calls` blocks; thinking on by default)",
+    aliases=("deepseek-v4.1", "deepseek_v4.1", "deepseek_v4_1", "dsv41"),
+    default_thinking=True,
+    call_open=(f"<{DSML} calls>",),
+    call_close=(f"</{DSML} calls>",),
+    codec=xml_kv_codec("DsmlV41CallCodec", DSML_V41_SYNTAX),
+    inner=(DSML_V41_SYNTAX.value_close, DSML_V41_SYNTAX.key_open, DSML_V41_SYNTAX.call_close),
+    end=("<｜end▁of▁sentence｜>", "<｜User｜>"),
+    template=None,  # V4.1 ships a Python encoder, no Jinja template
+    reasoning_doc="`<think>…</think>`, on by default (the prompt opens it; its chat prompt closes it)",
+    calls_doc='`<｜DSML｜ calls>` of `<｜DSML｜ invoke name="F">` with '
+    '`<｜DSML｜ parameter name="K" string="true|false">V</｜DSML｜ parameter>` (a space before each tag name)',
+)
+
+SPECS = (DEEPSEEK_V32, DEEPSEEK_V4, DEEPSEEK_V41)

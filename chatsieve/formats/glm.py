@@ -58,4 +58,85 @@ GLM47 = dataclasses.replace(
     tokenizer_doc="glm/glm-5",
 )
 
-SPECS = (GLM45, GLM47)
+# inclusionAI Ling 3.0 / Bailing V3: GLM-4.7's calls (newlines optional), roles `<role>NAME</role>`,
+# the prompt opens `<think>`. Its turn end `<|role_end|>` is also written as ordinary text
+# tokens: as text it must end the turn too, never leak (`spelled_end`).
+class SpelledEnd:
+    """Content past a turn-end marker the model spelled in ordinary tokens (Ling 3 writes its
+    `<|role_end|>` so): the marker and all after it are dropped as text after the end of the turn.
+    As its own token id the marker is the format's `end` and never reaches content."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self._held = ""
+        self._held_at = 0
+        self._done = False
+
+    @property
+    def idle(self) -> bool:
+        return not self._held and not self._done
+
+    def mark(self) -> None:
+        pass
+
+    def write(self, text: str, start: int) -> list[tuple]:
+        if self._done:
+            return [(text, start, "text after the end of the turn")] if text else []
+        text, start = self._held + text, (self._held_at if self._held else start)
+        self._held = ""
+        at = text.find(self.marker)
+        if at >= 0:
+            self._done = True
+            out: list[tuple] = [(text[:at], start)] if at else []
+            return [*out, (text[at:], start + at, "text after the end of the turn")]
+        keep = len(text)
+        for n in range(min(len(self.marker) - 1, len(text)), 0, -1):
+            if self.marker.startswith(text[-n:]):
+                keep = len(text) - n
+                break
+        self._held, self._held_at = text[keep:], start + keep
+        return [(text[:keep], start)] if keep else []
+
+    def finish(self) -> list[tuple]:
+        held, self._held = self._held, ""
+        return [(held, self._held_at)] if held else []
+
+
+_LING_END = ("<|role_end|>", "<role>HUMAN</role>", "<role>OBSERVATION</role>", "<role>SYSTEM</role>")
+
+LING3 = dataclasses.replace(
+    GLM47,
+    name="ling3",
+    description="inclusionAI Ling 3.0 / Bailing V3 (GLM-4.7 calls; the prompt opens <think>)",
+    aliases=("ling-3", "ling_3", "ling3.0", "ling-3.0", "bailing_v3", "bailing-v3", "bailingv3"),
+    codec=xml_kv_codec("Ling3CallCodec", dataclasses.replace(GLM_SYNTAX, structural=("</tool_call>", *_LING_END))),
+    end=_LING_END,
+    content_filter=lambda thinking: SpelledEnd("<|role_end|>"),
+    strip=("<role>ASSISTANT</role>",),
+    template="llama.cpp/models/templates/inclusionai-ling-3.0-flash.jinja",
+    reasoning_doc="the prompt opens `<think>`; on by default",
+    calls_doc="as `glm47` (newlines optional)",
+    tokenizer_doc="",
+)
+
+# Poolside Laguna: GLM-style calls (a newline after the name optional), roles `<user>…</user>`,
+# `<assistant>…</assistant>`. S 2.1's prompt opens `<think>`, the XS templates close it: the
+# start state comes from the rendered prompt; without one, as S 2.1.
+_LAGUNA_END = ("</assistant>", "<user>", "<system>", "<tool_response>")
+
+LAGUNA = dataclasses.replace(
+    GLM47,
+    name="laguna",
+    description="Poolside Laguna (GLM-style calls; <think>, opened or closed by the prompt)",
+    aliases=("poolside", "poolside_v1", "poolside-v1", "laguna-s", "laguna-xs", "laguna_s", "laguna_xs"),
+    codec=xml_kv_codec("LagunaCallCodec", dataclasses.replace(GLM_SYNTAX, structural=("</tool_call>", *_LAGUNA_END))),
+    end=_LAGUNA_END,
+    strip=("<assistant>",),
+    template="llama.cpp/models/templates/poolside-Laguna-S-2.1.jinja",
+    templates=("llama.cpp/models/templates/poolside-Laguna-XS.2.jinja",),
+    reasoning_doc="`<think>…</think>`; the prompt opens it (S 2.1) or closes it (XS)",
+    calls_doc="`<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value></tool_call>`",
+    tokenizer_doc="",
+)
+
+SPECS = (GLM45, GLM47, LING3, LAGUNA)

@@ -46,6 +46,13 @@ class HarmonyEngine(Engine):
     between messages.
     """
 
+    # the markers the header grammar reads (a harmony-like family, Muse Glimmer, sets its own;
+    # NEVER stands for one it has not)
+    START, CHANNEL, MESSAGE, CONSTRAIN = START, CHANNEL, MESSAGE, CONSTRAIN
+    MESSAGE_ENDS = (END, CALL)  # end a message; a header follows
+    RETURN = RETURN  # ends the turn (besides the format's `end` markers)
+
+
     def _start_state(self, prompt: str | None) -> None:
         self._prompt = prompt
 
@@ -63,7 +70,7 @@ class HarmonyEngine(Engine):
         self._skip_why = ""
         self._analysis_open = False  # an analysis body was cut by a new header, not ended
         self._message_at = 0  # where the current message's body began (`<|message|>`)
-        self._body_ends = frozenset((START, CHANNEL, END, CALL, *spec.end))
+        self._body_ends = frozenset((self.START, self.CHANNEL, *self.MESSAGE_ENDS, *spec.end))
         self._suspect_seg: Segment | None = None  # the body end a string took (Engine._suspect)
         self._new_header(explicit=False)
         self._from_prompt(self._prompt)
@@ -73,22 +80,22 @@ class HarmonyEngine(Engine):
         generation prompt), inside a header, or after `<|message|>` (a forced channel)."""
         if not prompt:
             return
-        at = prompt.rfind(START)
+        at = prompt.rfind(self.START)
         if at < 0:
             return
-        tail = prompt[at + len(START) :]
-        if any(m in tail for m in (END, CALL, RETURN)):
+        tail = prompt[at + len(self.START) :]
+        if any(m in tail for m in (*self.MESSAGE_ENDS, self.RETURN)):
             return
-        head, sep, _body = tail.partition(MESSAGE)
-        role, has_channel, chan = head.partition(CHANNEL)
-        self._role = [role.replace(CONSTRAIN, " ")]
+        head, sep, _body = tail.partition(self.MESSAGE)
+        role, has_channel, chan = head.partition(self.CHANNEL)
+        self._role = [role.replace(self.CONSTRAIN, " ")]
         self._tok, self._toklen = "", 0
         if has_channel:
-            self._chan = [chan.rpartition(CHANNEL)[2].replace(CONSTRAIN, " ")]  # the last one wins
+            self._chan = [chan.rpartition(self.CHANNEL)[2].replace(self.CONSTRAIN, " ")]  # the last one wins
             self._explicit = True
         else:
             self._explicit = not self._role_plausible(self._role[0])
-        self._hraw = [START + head]
+        self._hraw = [self.START + head]
         if sep:
             self._open_body()
 
@@ -159,28 +166,28 @@ class HarmonyEngine(Engine):
         if m in self._strip_set:
             return
         if mode == HEADER:
-            if m == CHANNEL:
+            if m == self.CHANNEL:
                 self._hraw.append(m)
                 self._explicit = True
                 self._chan = []  # a repeated channel: the last one wins (`commentary<|channel|>final`)
                 return
-            if m == CONSTRAIN:
+            if m == self.CONSTRAIN:
                 self._hraw.append(m)
                 self._explicit = True
                 self._header_add(" ", m, seg.start)
                 return
-            if m == MESSAGE:
+            if m == self.MESSAGE:
                 self._hraw.append(m)
                 self._message_at = seg.start
                 self._open_body()
                 return
-        elif mode == SKIP and m in (MESSAGE, CONSTRAIN):
+        elif mode == SKIP and m in (self.MESSAGE, self.CONSTRAIN):
             self._skip.append(m)
-            if m == MESSAGE:
+            if m == self.MESSAGE:
                 raw, self._skip = "".join(self._skip), []
                 self._begin_drop([raw], self._skip_why)
             return
-        elif mode == BODY and m in (MESSAGE, CONSTRAIN):
+        elif mode == BODY and m in (self.MESSAGE, self.CONSTRAIN):
             if self._kind == CALLBODY:
                 self._raw.append(m)
             self.out.append(Dropped(m, f"{m} out of place inside a message; removed"))
@@ -190,15 +197,15 @@ class HarmonyEngine(Engine):
         self._end_current(truncated=False)
         if self._rerun:
             return  # the call's body had ended at a held marker: this one is read again after it
-        self._analysis_open = cut_analysis and m in (START, CHANNEL)
-        if m == START:
+        self._analysis_open = cut_analysis and m in (self.START, self.CHANNEL)
+        if m == self.START:
             self._new_header(explicit=True)
             self._hraw.append(m)
-        elif m == CHANNEL:  # a message with no `<|start|>`: its header starts here
+        elif m == self.CHANNEL:  # a message with no `<|start|>`: its header starts here
             self._new_header(explicit=True)
             self._hraw.append(m)
             self._chan = []
-        elif m in (END, CALL):
+        elif m in self.MESSAGE_ENDS:
             self._new_header(explicit=False)
         else:  # RETURN and the family's other end markers
             self._mode = DONE

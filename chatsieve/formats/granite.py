@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import dataclasses
+import string
 
 from ..args.dispatch import JsonCallsCodec
 from ..args.llama3 import _CallObject
+from ..args.pythonic import PythonicCallCodec
 from ..spec import FormatSpec, ToolPrompt
 from .qwen3 import HERMES
 
@@ -70,4 +72,29 @@ GRANITE_20B_FC = FormatSpec(
     template=None,
 )
 
-SPECS = (GRANITE, GRANITE4, GRANITE_20B_FC)
+class BarePythonicCalls(PythonicCallCodec):
+    """Granite's pythonic calls: bare `name(k=v)` lines with no marker and no brackets."""
+
+    bare_calls_when_tentative = True
+
+
+# Granite 3.3 / 4.0-H served with vLLM's pythonic template: bare Python keyword calls, one per line,
+# no marker. With nothing to mark them, a reply is read as calls only from its first character, and
+# only for declared tools (chatsieve's rule for unmarked calls); prose after the calls is content,
+# and a call-shaped line after prose stays content (docs/policies.md).
+GRANITE_PYTHONIC = FormatSpec(
+    name="granite_pythonic",
+    description="IBM Granite with pythonic calls (bare `f(k=v)` lines starting the reply)",
+    aliases=("granite-pythonic", "granite_3_pythonic", "granite4_pythonic"),
+    # a forced call (tool_choice) is written as the pythonic grammar's `[f(k=v)]` list
+    content_call_start=("[", *string.ascii_letters, "_"),
+    codec=BarePythonicCalls,
+    end=("<|end_of_text|>", "<|start_of_role|>"),
+    strip=("<|end_of_role|>",),
+    reasoning_doc="none",
+    calls_doc='`get_weather(location="Paris")` lines starting the reply; literals to JSON, never `eval`; only '
+    "for tools of the request",
+    call_syntax="pythonic",
+)
+
+SPECS = (GRANITE, GRANITE4, GRANITE_20B_FC, GRANITE_PYTHONIC)

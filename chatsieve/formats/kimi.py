@@ -61,4 +61,17 @@ KIMI_K2_THINKING = dataclasses.replace(
     calls_doc="as `kimi_k2`",
 )
 
-SPECS = (KIMI_K2, KIMI_K2_THINKING)
+# Kimi K2.5 / K2.6 / K2.7: the same tokens; thinking is always on and the prompt opens it, so
+# the output starts in reasoning (a tool-call section also ends it).
+KIMI_K25 = dataclasses.replace(
+    KIMI_K2_THINKING,
+    name="kimi_k25",
+    description="Moonshot Kimi K2.5 / K2.6 / K2.7 (as kimi_k2; the output starts in reasoning)",
+    aliases=("kimi-k2.5", "kimi_k2.5", "kimi-k2.6", "kimi_k2.6", "kimi-k2.7", "kimi_k2.7", "kimi_k26", "kimi_k27"),
+    thinking_starts_in_reasoning=True,
+    template=None,
+    reasoning_doc="always on: the output starts inside `<think>`; a call section also ends it",
+    calls_doc="as `kimi_k2`",
+)
+
+SPECS = (KIMI_K2, KIMI_K2_THINKING, KIMI_K25)

@@ -23,6 +23,8 @@ LFM2 = FormatSpec(
     calls_doc="`<|tool_call_start|>[f(a=1), g()]<|tool_call_end|>` (or a JSON list)",
     tokenizer_doc="",  # no tokenizer of this family in shared/models: text mode
     template="llama.cpp/models/templates/LFM2.5-8B-A1B.jinja",
+    # these two render no call (the model writes its calls in the content): detection knows them whole
+    templates=("llama.cpp/models/templates/LFM2-8B-A1B.jinja", "llama.cpp/models/templates/LFM2.5-Instruct.jinja"),
 )
 
 SPECS = (LFM2,)

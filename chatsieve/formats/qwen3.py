@@ -39,4 +39,29 @@ HERMES = dataclasses.replace(
     reasoning_doc="`<think>…</think>`, off by default",
 )
 
-SPECS = (QWEN3, HERMES)
+# LG EXAONE 4.0 / 4.5: Hermes calls; `<think>` off unless `enable_thinking`, and then the
+# template prefills `<think>`, so the output has only the close.
+EXAONE4 = dataclasses.replace(
+    QWEN3,
+    name="exaone4",
+    description="LG EXAONE 4.0 / 4.5 (Hermes calls; thinking off unless enable_thinking)",
+    aliases=("exaone-4", "exaone_4", "exaone4.5", "exaone-4.5", "exaone_4_5"),
+    default_thinking=False,
+    end=("[|endofturn|]", "<|endoftext|>", "[|user|]", "[|tool|]"),
+    strip=(),
+    template=None,
+    reasoning_doc="`<think>…</think>`, off unless `enable_thinking` (then the prompt opens it)",
+    tokenizer_doc="",
+)
+
+# HCompany Holo2 (Qwen3-VL based): Qwen3's tokens, thinking on unless the kwarg `thinking` is false.
+HOLO2 = dataclasses.replace(
+    QWEN3,
+    name="holo2",
+    description="HCompany Holo2 (as qwen3: thinking on by default, switched by `thinking`)",
+    aliases=("holo-2", "holo_2", "hcompany-holo2"),
+    template=None,
+    reasoning_doc="`<think>…</think>`, on by default (the kwarg `thinking` switches it)",
+)
+
+SPECS = (QWEN3, HERMES, EXAONE4, HOLO2)

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import formats
+from ..detect import AUTO, FormatNotFound, resolve
 from ..events import TokenLogprob
 from ..parser import StreamParser
 from ..preparation import (
@@ -238,7 +239,7 @@ class ChatsieveEngineFactory:
 
     def __init__(self, options: DynamoOptions | None = None) -> None:
         self.options = options or DynamoOptions()
-        if self.options.format is not None:
+        if self.options.format not in (None, AUTO):
             formats.get(self.options.format)  # fail at start, naming the known formats
 
     async def chat_engine_factory(self, instance_id: Any, mdc: Any, routed_engine: Any) -> Any:
@@ -286,6 +287,12 @@ class ChatsieveEngineFactory:
                 f"chatsieve: model {name!r} has no chat template in {directory} (tokenizer_config.json "
                 "or chat_template.jinja); pass --model-dir with one"
             )
+        if fmt == AUTO:  # the format the model's chat template writes
+            try:
+                fmt = await asyncio.to_thread(resolve, AUTO, tokenizer)
+            except FormatNotFound as e:
+                raise RuntimeError(f"chatsieve: model {name!r}: {e}") from e
+            log.info("chatsieve: model %s: format auto -> %s", name, fmt)
         card = _card(mdc)
         context = card.get("context_length") or runtime.get("context_length") or model_context_length(directory)
         log.info("chatsieve: model %s, format %s, tokenizer %s, context %s", name, fmt, directory, context)
@@ -660,7 +667,7 @@ def _parser():
         "these; every other option is python -m dynamo.frontend's (listed after them by --help).",
         add_help=False,
     )
-    ap.add_argument("--format", help="chatsieve format (default: mapped from the workers' parser names)")
+    ap.add_argument("--format", help="chatsieve format, or auto (the one the model's chat template writes); default: mapped from the workers' parser names")
     ap.add_argument("--model-dir", type=Path, help="tokenizer + chat template (default: the model card's)")
     ap.add_argument(
         "--stream-arguments", action="store_true", help="stream tool-call arguments as they arrive"

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import formats
+from ..detect import AUTO, resolve
 from ..events import ContentDelta, Event, ToolCallEnd
 from ..parser import StreamParser, parse
 from ..preparation import parser_prompt, render_request_prompt
@@ -182,18 +183,25 @@ _check_interfaces()
 
 def parser_names() -> list[str]:
     """The `--tool-call-parser` names registered with SGLang: `chatsieve_<format>` for every format."""
-    return [PARSER_PREFIX + name for name in formats.names()]
+    return [PARSER_PREFIX + name for name in (*formats.names(), AUTO)]
 
 
 def reasoning_parser_names() -> list[str]:
-    """The `--reasoning-parser` names: `chatsieve_<format>` for the formats with reasoning markers."""
-    return [PARSER_PREFIX + name for name in formats.names() if formats.get(name).reasoning_close]
+    """The `--reasoning-parser` names: `chatsieve_<format>` for the formats with reasoning markers
+    (and chatsieve_auto)."""
+    return [PARSER_PREFIX + name for name in formats.names() if formats.get(name).reasoning_close] + [
+        PARSER_PREFIX + AUTO]
 
 
 def _format_of(name: str | None) -> str | None:
     if not isinstance(name, str) or not name.startswith(PARSER_PREFIX):
         return None
+    if name == PARSER_PREFIX + AUTO:
+        return AUTO
     return formats.get(name[len(PARSER_PREFIX) :]).name
+
+
+_AUTO_FORMAT: list[str] = []  # the format `auto` resolved to for this server's model (the text detectors' too)
 
 
 def format_for_parsers(tool_call_parser: str | None, reasoning_parser: str | None) -> str | None:
@@ -395,7 +403,9 @@ class ChatsieveChatEncodingAdapter:
     strict_tool_call_arguments = True  # history call arguments reach chatsieve as JSON text
 
     def __init__(self, *, format: str, tokenizer: Any, hooks: Any) -> None:
-        self.format = formats.get(format).name
+        self.format = resolve(format, tokenizer)
+        if format == AUTO:
+            _AUTO_FORMAT[:] = [self.format]
         self.tokenizer = tokenizer
         if tokenizer.chat_template is None:
             raise ValueError(
@@ -604,6 +614,10 @@ class ChatsieveToolDetector(BaseFormatDetector):
 
     def __init__(self) -> None:
         super().__init__()
+        if self.format_name == AUTO:  # the text fallback: the format the chat encoding adapter found
+            if not _AUTO_FORMAT:
+                raise ValueError("chatsieve_auto: the model's format is not known yet (no chat template read)")
+            self.format_name = _AUTO_FORMAT[0]
         self._spec = formats.get(self.format_name)
         self._stream: StreamParser | None = None
 
@@ -670,6 +684,10 @@ class ChatsieveReasoningDetector(sglang_reasoning.BaseReasoningFormatDetector):
         continue_final_message: bool = False,
         previous_content: str = "",
     ) -> None:
+        if self.format_name == AUTO:
+            if not _AUTO_FORMAT:
+                raise ValueError("chatsieve_auto: the model's format is not known yet (no chat template read)")
+            self.format_name = _AUTO_FORMAT[0]
         spec = formats.get(self.format_name)
         super().__init__(
             spec.reasoning_open[0] if spec.reasoning_open else spec.reasoning_close[0],
@@ -689,11 +707,11 @@ def register() -> None:
     encoding spec, and the hook that selects it. Repeating it is harmless."""
     tool_map = FunctionCallParser.ToolCallParserEnum
     reasoning_map = sglang_reasoning.ReasoningParser.DetectorMap
-    for fmt in formats.names():
+    for fmt in (*formats.names(), AUTO):  # chatsieve_auto: the format the model's chat template writes
         name = PARSER_PREFIX + fmt
         attrs = {"format_name": fmt, "__module__": __name__}
         tool_map[name] = type(f"ChatsieveToolDetector_{fmt}", (ChatsieveToolDetector,), attrs)
-        if formats.get(fmt).reasoning_close:
+        if fmt == AUTO or formats.get(fmt).reasoning_close:
             reasoning_map[name] = type(
                 f"ChatsieveReasoningDetector_{fmt}", (ChatsieveReasoningDetector,), attrs
             )

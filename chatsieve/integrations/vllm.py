@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import formats
+from ..detect import AUTO, resolve
 from ..events import (
     ContentDelta,
     Dropped,
@@ -205,7 +206,7 @@ class RequestSession:
         calls_enabled: bool,
         stream_arguments: bool,
     ) -> None:
-        self.spec = formats.get(format)
+        self.spec = formats.get(resolve(format, tokenizer or chatsieve_tokenizer(vllm_tokenizer)))
         self.tokenizer = tokenizer
         tools = _tool_dicts(getattr(request, "tools", None))
         named = _named_choice(request)
@@ -342,7 +343,7 @@ class ReasoningMarkers:
     (vLLM's structured-output gate, reasoning token counts)."""
 
     def __init__(self, format: str, tokenizer: Any, thinking: bool | None) -> None:
-        spec = formats.get(format)
+        spec = formats.get(resolve(format, tokenizer))
         self.spec = spec
         self.thinking = spec.default_thinking if thinking is None else thinking
         self.open_ids: frozenset[int] = frozenset()
@@ -632,13 +633,13 @@ _compose._chatsieve_original = _original_compose
 
 def parser_names() -> list[str]:
     """The names registered with vLLM: `chatsieve_<format>` for every chatsieve format."""
-    return [PARSER_PREFIX + name for name in formats.names()]
+    return [PARSER_PREFIX + name for name in (*formats.names(), AUTO)]
 
 
 def register() -> None:
     """Register every chatsieve format with vLLM's tool and reasoning parser managers, and
     compose chatsieve's parsers into ChatsieveParser. Runs at import; repeating it is harmless."""
-    for fmt in formats.names():
+    for fmt in (*formats.names(), AUTO):  # chatsieve_auto: the format the model's chat template writes
         name = PARSER_PREFIX + fmt
         attrs = {"format_name": fmt, "__module__": __name__}
         ReasoningParserManager.register_module(

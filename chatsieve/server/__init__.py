@@ -35,7 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory with the tokenizer and chat template (not needed with --gguf: the GGUF's own "
         "vocabulary and chat template are used)",
     )
-    p.add_argument("--format", required=True, help="chatsieve format name (e.g. qwen3, gemma4)")
+    p.add_argument(
+        "--format",
+        default=None,
+        help="chatsieve format name (e.g. qwen3, gemma4), or 'auto' (the default when the model's chat "
+        "template is there): the format is found from the chat template, and logged and shown in /v1/models",
+    )
+    p.add_argument(
+        "--format-file",
+        default=None,
+        metavar="FILE",
+        help="a model family described in a format file (YAML or JSON, docs/format-files.md) instead of --format",
+    )
     p.add_argument(
         "--backend",
         required=True,
@@ -254,7 +265,8 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         # --gguf alone: the GGUF is the tokenizer (load_tokenizer reads its metadata), and
         # a local llama-server's /props still tells whether the engine runs that model
         model_dir=Path(args.model_dir) if args.model_dir else Path(args.gguf),
-        format=args.format,
+        format=args.format or "auto",
+        format_file=Path(args.format_file) if args.format_file else None,
         backend_url=args.backend[0],
         extra_backend_urls=tuple(args.backend[1:]),
         backend_kind=args.backend_kind,
@@ -349,15 +361,25 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     from chatsieve import formats
     from chatsieve.server.app import create_app
 
-    try:
-        formats.get(args.format)
-    except Exception as e:  # unknown format: the registry's message lists the known ones
-        return fail(str(e))
+    if args.format_file:
+        if args.format not in (None, "auto"):
+            return fail("give --format or --format-file, not both")
+        from chatsieve.format_file import FormatFileError, register_file
+
+        try:
+            args.format = register_file(args.format_file).name
+        except FormatFileError as e:
+            return fail(f"--format-file: {e}")
+    elif args.format not in (None, "auto"):
+        try:
+            formats.get(args.format)
+        except Exception as e:  # unknown format: the registry's message lists the known ones
+            return fail(str(e))
     if args.chat_template:
         from chatsieve.prompt import PromptError, load_chat_template
 
         try:
-            load_chat_template(args.chat_template, args.format)
+            load_chat_template(args.chat_template, None if args.format in (None, "auto") else args.format)
         except PromptError as e:
             return fail(f"--chat-template: {e}")
     config = config_from_args(args)
@@ -367,8 +389,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         ResponseStore(config.response_store).close()
     except (ValueError, OSError) as e:
         return fail(f"--response-store {config.response_store}: {e}")
+    from chatsieve.server.app import FormatNotFound
+
     try:
         app = create_app(config)
+    except FormatNotFound as e:
+        return fail(str(e))
     except Exception as e:
         return fail(f"cannot load the tokenizer from {config.model_dir}: {e}")
     if args.model_dir is None and not args.chat_template and not app.state.service.tokenizer.chat_template:
@@ -385,6 +411,8 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     except StartupRefusal as e:
         return fail(str(e))
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
+    choice = app.state.service.format_choice
+    logging.getLogger("chatsieve.server").info("%s", choice.log_line())
     options = {"host": args.host, "port": args.port, "log_level": args.log_level, **uvicorn_options(args)}
     if args.workers > 1:
         # each worker process builds its own app from the configuration in the environment

@@ -35,6 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
 from chatsieve.call_list import CallListParser
+from chatsieve.detect import FormatNotFound
 from chatsieve.events import ContentDelta, Event, ToolCallStart
 from chatsieve.grammar import reasoning_close
 from chatsieve.preparation import (
@@ -102,6 +103,7 @@ class ServerConfig:
     max_concurrent_prompts: int = 8  # prompts prepared at once (render, isolate, tokenize, grammar)
     prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
     chat_template: Path | None = None  # --chat-template: replaces the model directory's template
+    format_file: Path | None = None  # --format-file: the family `format` names comes from this file
 
     @property
     def model_name(self) -> str:
@@ -117,6 +119,7 @@ class ServerConfig:
         d["model_dir"] = str(self.model_dir)
         d["gguf"] = None if self.gguf is None else str(self.gguf)
         d["chat_template"] = None if self.chat_template is None else str(self.chat_template)
+        d["format_file"] = None if self.format_file is None else str(self.format_file)
         d["limits"] = dataclasses.asdict(self.limits)
         d["security"] = {**dataclasses.asdict(self.security), "open_paths": sorted(self.security.open_paths)}
         return json.dumps(d)
@@ -131,6 +134,7 @@ class ServerConfig:
                 "model_dir": Path(d["model_dir"]),
                 "gguf": None if d.get("gguf") is None else Path(d["gguf"]),
                 "chat_template": None if d.get("chat_template") is None else Path(d["chat_template"]),
+                "format_file": None if d.get("format_file") is None else Path(d["format_file"]),
                 "extra_backend_urls": tuple(d.get("extra_backend_urls", ())),
                 "model_aliases": tuple(d.get("model_aliases", ())),
                 "cors_origins": tuple(d.get("cors_origins", ())),
@@ -172,14 +176,59 @@ def _trim_heap() -> None:
         libc.malloc_trim(0)
 
 
+@dataclass(frozen=True)
+class FormatChoice:
+    """How the served format was chosen: `source` is "--format", "--format-file" or "auto" (then
+    `evidence` says why, from chatsieve.formats.detect)."""
+
+    name: str
+    source: str
+    evidence: tuple[str, ...] = ()
+
+    def log_line(self) -> str:
+        why = f" ({'; '.join(self.evidence)})" if self.evidence else ""
+        return f"format: {self.name} [{self.source}]{why}"
+
+    def to_dict(self) -> dict:
+        return {"format": self.name, "source": self.source, "evidence": list(self.evidence)}
+
+
+def choose_format(config: ServerConfig, tokenizer: Any, template: str | None) -> FormatChoice:
+    """The format a server runs: --format-file's family, --format's, or (auto) the one the chat
+    template writes; FormatNotFound when auto cannot place the template."""
+    if config.format_file is not None:
+        from chatsieve.format_file import register_file
+
+        name = register_file(config.format_file).name
+        return FormatChoice(name, "--format-file", (str(config.format_file),))
+    if config.format != "auto":
+        return FormatChoice(formats.get(config.format).name, "--format")
+    source = template if template is not None else tokenizer.chat_template
+    if not source:
+        raise FormatNotFound(
+            "--format auto needs the model's chat template, and there is none (give --format NAME, or "
+            "--chat-template FILE)")
+    found = formats.analyze(source, tokenizer)
+    if found.match is None:
+        near = ", ".join(found.nearest()) or "none"
+        raise FormatNotFound(
+            f"--format auto: no registered format writes this chat template's markup ({found.problem}); "
+            f"nearest: {near}. Give --format NAME, or describe the family with --format-file FILE")
+    return FormatChoice(found.match.name, "auto", found.match.evidence)
+
+
 class ChatService:
     """Everything one request needs: tokenizer, format, backend; owns the pooled HTTP client."""
 
     def __init__(self, config: ServerConfig, tokenizer: Any = None) -> None:
-        formats.get(config.format)  # fail at start, naming the known formats
+        if config.format != "auto" and config.format_file is None:
+            formats.get(config.format)  # fail at start, naming the known formats
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.model_dir)
+        template = None if config.chat_template is None else load_chat_template(config.chat_template)
+        self.format_choice = choose_format(config, self.tokenizer, template)
+        config = dataclasses.replace(config, format=self.format_choice.name)
         self.config = config
         self.model = config.model_name
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(config.model_dir)
         self.stop_token_ids = tuple(sorted(self.tokenizer.stop_token_ids))
         self.token_bytes = self.tokenizer.token_bytes
         self.created = int(time.time())
@@ -194,6 +243,7 @@ class ChatService:
         # --chat-template: read and checked once here (a bad file fails the start, not a request)
         self.chat_template = None if config.chat_template is None else load_chat_template(
             config.chat_template, config.format)
+        log.info("%s", self.format_choice.log_line())
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
         self._preparing: anyio.Semaphore | None = None
@@ -849,7 +899,8 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             {
                 "object": "list",
                 "data": [
-                    {"id": name, "object": "model", "created": service.created, "owned_by": "chatsieve"}
+                    {"id": name, "object": "model", "created": service.created, "owned_by": "chatsieve",
+                     "chatsieve": service.format_choice.to_dict()}
                     for name in names
                 ],
             }
@@ -864,7 +915,8 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             return error_response(ANTHROPIC if anthropic_client else OPENAI_CHAT, e)
         if anthropic_client:
             return JSONResponse(model_entry(name, service.created))
-        return JSONResponse({"id": name, "object": "model", "created": service.created, "owned_by": "chatsieve"})
+        return JSONResponse({"id": name, "object": "model", "created": service.created, "owned_by": "chatsieve",
+                             "chatsieve": service.format_choice.to_dict()})
 
     async def health(request: Request) -> Response:
         # Liveness: this process answers (200) whatever the engine's state, which it reports.

@@ -1,0 +1,71 @@
+"""IFM K2-Horizon call bodies: one `<ifm|tool_call>` region holds a JSON object
+(`{"name", "arguments"}`, tool_call_format=json) or XML key/value pairs
+(`NAME<ifm|arg_key>K</ifm|arg_key><ifm|arg_value>V</ifm|arg_value>`, xml), the typed variant
+adding `<ifm|arg_type>T</ifm|arg_type>` after each key (xml_typed). The body's first character
+says which; a type tag is dropped (values are typed by the tool's schema)."""
+
+from __future__ import annotations
+
+from .base import CallContext
+from .dispatch import DispatchCodec
+from .json_call import JsonCallCodec
+from .xml_kv import XmlKvCodec, XmlKvSyntax
+
+ARG_KEY, ARG_KEY_END = "<ifm|arg_key>", "</ifm|arg_key>"
+ARG_VALUE, ARG_VALUE_END = "<ifm|arg_value>", "</ifm|arg_value>"
+ARG_TYPE, ARG_TYPE_END = "<ifm|arg_type>", "</ifm|arg_type>"
+CALL, CALL_END = "<ifm|tool_call>", "</ifm|tool_call>"
+CALLS, CALLS_END = "<ifm|tool_calls>", "</ifm|tool_calls>"
+
+K2_HORIZON_SYNTAX = XmlKvSyntax(
+    call_open="",  # one call per `<ifm|tool_call>` region, its name first
+    name_close=(),
+    call_close="",
+    key_open=ARG_KEY,
+    key_close=ARG_KEY_END,
+    value_open=ARG_VALUE,
+    value_close=ARG_VALUE_END,
+    structural=(CALL_END, CALLS_END, "<|ifm|im_end|>", "<|ifm|endoftext|>"),
+)
+
+
+class K2HorizonXmlCodec(XmlKvCodec):
+    """xml and xml_typed bodies: a `<ifm|arg_type>…</ifm|arg_type>` tag is dropped whole."""
+
+    syntax = K2_HORIZON_SYNTAX
+
+    def __init__(self, ctx: CallContext) -> None:
+        super().__init__(ctx)
+        self._in_type = False
+
+    def feed(self, text: str) -> int:
+        if self._in_type:
+            return len(text)  # the type's text: the schema types the value
+        return super().feed(text)
+
+    def marker(self, marker: str) -> bool:
+        if marker == ARG_TYPE:
+            self._in_type = True
+            return True
+        if marker == ARG_TYPE_END:
+            self._in_type = False
+            return True
+        if self._in_type and marker not in self.syntax.structural:
+            return True
+        return super().marker(marker)
+
+    def plain(self, text: str) -> str | None:
+        return None if self._in_type else super().plain(text)
+
+
+def _choose(head: str):
+    body = head.lstrip(" \t\r\n")
+    if not body:
+        return None
+    return JsonCallCodec if body[0] == "{" else K2HorizonXmlCodec
+
+
+class K2HorizonCallCodec(DispatchCodec):
+    """A `<ifm|tool_call>` region: JSON or XML, by its first character."""
+
+    choose = staticmethod(_choose)

@@ -182,18 +182,19 @@ class Recorder:
 
 @contextlib.contextmanager
 def served(
-    tmp: Path, family: str, scripts: dict[str, Script], *, model: str, key: str | None = None, **config
+    tmp: Path, family: str, scripts: dict[str, Script], *, model: str, key: str | None = None,
+    format: str | None = None, **config
 ) -> Iterator[tuple[str, FakeEngine, Recorder]]:
     """`chatsieve serve` (in process) for `family` with a 40,960-token context, in front of a
     stand-in engine playing `scripts` by the key found last in each prompt; (URL, engine, the
-    requests the server got)."""
+    requests the server got). `format` replaces the family's name (`auto`: detected)."""
     tok = tokenizer(family)
     engine = FakeEngine(tok.decode, scripts, latest=True)
     with contextlib.ExitStack() as stack:
         engine_url = stack.enter_context(ServerThread(engine.app)).url
         cfg = ServerConfig(
             model_dir=tmp,
-            format=LOOP_FAMILIES[family].format,
+            format=format or LOOP_FAMILIES[family].format,
             backend_url=engine_url,
             served_model_name=model,
             warm_up=False,

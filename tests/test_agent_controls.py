@@ -417,6 +417,14 @@ def test_effort_and_thinking_switches_follow_the_table(server, route, control):
         assert f"Reasoning: {variables.get('reasoning_effort', 'medium')}" in text
 
 
+def test_the_switches_follow_the_detected_format(tmp_path):
+    """`serve --format auto`: the table applies to the family the template was detected as."""
+    family = "gpt_oss"
+    with served(tmp_path, family, _scripts(family), model=MODEL, format="auto") as (url, engine, _):
+        claude(url).messages.create(model=MODEL, max_tokens=50, messages=[{"role": "user", "content": "[t:answer-off] hi"}])
+        assert "Reasoning: low" in last_prompt(family, engine)
+
+
 # ---------------------------------------------------------------- 10. prompt-cache friendliness
 
 

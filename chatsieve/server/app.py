@@ -881,11 +881,11 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
 
     async def messages(request: Request) -> Response:
         # the served family decides what the thinking switch and effort become
-        return await run(request, ANTHROPIC, functools.partial(ANTHROPIC.parse, format=config.format))
+        return await run(request, ANTHROPIC, functools.partial(ANTHROPIC.parse, format=service.config.format))
 
     async def count_tokens(request: Request) -> Response:
         """Anthropic's token count: the prompt rendered as for a generation, nothing generated."""
-        got = await prepared(request, ANTHROPIC, functools.partial(ANTHROPIC.parse_count_tokens, format=config.format))
+        got = await prepared(request, ANTHROPIC, functools.partial(ANTHROPIC.parse_count_tokens, format=service.config.format))
         if isinstance(got, Response):
             return got
         parsed, gen = got

@@ -24,6 +24,7 @@ Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
 - ``response_format`` ``json_object`` / ``json_schema``: the engine constrains the reply to JSON
   (to the schema); not with tool_choice ``required`` or named, where the call grammar wins.
 - ``parallel_tool_calls: false``: only the first returned call is kept; later ones are dropped.
+  ``max_tool_calls: N`` (Responses) likewise keeps the first N calls.
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class ChatRequest:
     tools: list[dict] | None = None
     tool_choice: ToolChoice = ToolChoice("auto")
     parallel_tool_calls: bool = True
+    max_tool_calls: int | None = None  # calls returned at most (Responses); later ones are dropped
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -175,9 +177,10 @@ class ChatRequest:
         """Calls may name only the functions the prompt offered (see the module docstring)."""
         allowed = frozenset(n for n in map(tool_name, self.prompt_tools or ()) if n)
         aliases = {called: name for called, name in self.tool_aliases if name in allowed}
+        limits = [n for n in (None if self.parallel_tool_calls else 1, self.max_tool_calls) if n is not None]
         return ToolCallFilter(
             allowed=allowed,
-            max_calls=None if self.parallel_tool_calls else 1,
+            max_calls=min(limits) if limits else None,
             aliases=aliases,
             notes=self.note_unusable_calls,
         )
@@ -396,7 +399,7 @@ class ToolCallFilter:
                 else:
                     self._map[e.index] = None
                     self._dropped_args[e.index] = [why, e.name]
-                    if self.notes and why != _PARALLEL_OFF:
+                    if self.notes and self.allowed is not None and name not in self.allowed:
                         self.unusable.append(_not_offered(e.name, bool(self.allowed)))
             elif isinstance(e, ToolCallArgsDelta | ToolCallEnd):
                 j = self._map.get(e.index)
@@ -449,13 +452,14 @@ class ToolCallFilter:
                 return "no tools were offered (no tools, or tool_choice 'none')"
             return "the function was not offered (not in tools, or not the tool_choice function)"
         if self.max_calls is not None and self.kept >= self.max_calls:
-            return _PARALLEL_OFF
+            if self.max_calls == 1:
+                return "only the first call is kept (parallel_tool_calls false, or max_tool_calls 1)"
+            return f"only the first {self.max_calls} calls are kept (max_tool_calls)"
         return None
 
 
 # what the parser's Dropped says of a call it could not read (engine.py, formats/gpt_oss.py)
 UNREAD_CALL = "tool call not executed:"
-_PARALLEL_OFF = "parallel_tool_calls is false; only the first call is kept"
 _TAG = re.compile(r"<[^<>\n]{0,64}>")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,127}")
 
@@ -532,6 +536,17 @@ def _runs(events: Iterable[Event]) -> Iterator[tuple[Any, Any, list[TokenLogprob
 # names what a request carried that the prompt leaves out: hosted tools the open model cannot run,
 # and images or documents inside tool results (a text-only model reads a placeholder instead)
 LEFT_OUT_HEADER = "x-chatsieve-tools-left-out"
+# printable ASCII kept as it is in a header value; the rest (space, '"', '%', ',', '\\', control
+# and non-ASCII characters) percent-encoded as UTF-8
+_HEADER_SAFE = "!#$&'()*+-./:;<=>?@[]^_`{|}~"
+
+
+def header_value(names: Sequence[str]) -> str:
+    """Request-controlled names as one HTTP header value: each percent-encoded (RFC 3986, UTF-8;
+    `urllib.parse.unquote` reads it back), joined by ", "."""
+    from urllib.parse import quote
+
+    return ", ".join(quote(n, safe=_HEADER_SAFE) for n in names)
 # where a block or part may carry words for what it shows (MCP alt text, a document's title)
 _CAPTION_KEYS = ("alt", "alt_text", "caption", "title", "description", "context")
 
@@ -548,8 +563,8 @@ def media_placeholder(kind: str, block: Mapping[str, Any], media_type: str | Non
 
 
 def left_out_headers(names: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """The response header naming the tools left out of the prompt, or none."""
-    return ((LEFT_OUT_HEADER, ", ".join(names)),) if names else ()
+    """The response header naming the tools left out of the prompt (percent-encoded), or none."""
+    return ((LEFT_OUT_HEADER, header_value(names)),) if names else ()
 
 
 @dataclass(frozen=True)
@@ -559,6 +574,8 @@ class ParsedRequest:
 
     chat: ChatRequest
     headers: tuple[tuple[str, str], ...] = ()
+    # called once the prompt is prepared, or the request refused (what only parsing needed goes)
+    after_prepare: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -593,7 +610,10 @@ class StreamEncoder(Protocol):
     def encode(self, events: Iterable[Event]) -> bytes: ...
 
     def finish(self, outcome: Outcome) -> bytes:
-        """Everything after the last event, up to the end of the stream."""
+        """Everything after the last event, up to the end of the stream. An encoder may offer
+        `finish_parts(outcome)` too, an iterator of the same bytes in parts: the runner then asks
+        for each part in a worker thread (making it may block: Responses stores the response) and
+        writes it before asking for the next."""
         ...
 
     def error(self, e: RequestError) -> bytes:
@@ -610,7 +630,10 @@ class Collector(Protocol):
 
     def apply(self, events: Iterable[Event]) -> None: ...
 
-    def body(self, outcome: Outcome) -> Mapping[str, Any]: ...
+    def body(self, outcome: Outcome) -> Mapping[str, Any] | bytes:
+        """The body: a JSON value, or its encoding. A collector whose `blocking` attribute is
+        true is asked for it in a worker thread."""
+        ...
 
 
 class ClientProtocol(Protocol):

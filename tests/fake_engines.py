@@ -68,8 +68,17 @@ class FakeEngine:
         *,
         sglang_cumulative: bool = False,
         latest: bool = False,
+        prefix_cache: bool = False,
     ) -> None:
         self.decode = decode
+        # Report cached prompt tokens as each engine does (vLLM with --enable-prompt-tokens-details,
+        # in the usage chunk stream_options.include_usage asks for; SGLang meta_info.cached_tokens;
+        # llama.cpp timings.cache_n on its last event): the longest prefix shared with an earlier
+        # prompt, the last token always computed, vLLM's in whole blocks of 16. Off: vLLM without
+        # the flag (no prompt_tokens_details), SGLang and llama.cpp say 0.
+        self.prefix_cache = prefix_cache
+        self.prompts: list[list[int]] = []
+        self.cached: list[int] = []  # what each request was told its cache served
         self.scripts: dict[str, Script] = dict(scripts or {})
         self.sglang_cumulative = sglang_cumulative
         # False: the longest key found in the prompt plays; True: the key found last in it (an
@@ -131,12 +140,14 @@ class FakeEngine:
 
     async def _start(
         self, request: Request, path: str, prompt_field: str
-    ) -> tuple[dict, str, Script, list[int]] | Response:
+    ) -> tuple[dict, str, Script, list[int], int] | Response:
         payload = await request.json()
         self.requests.append((path, payload))
         prompt = payload.get(prompt_field)
         if not isinstance(prompt, list) or not all(isinstance(i, int) for i in prompt):
             return JSONResponse({"error": {"message": f"{prompt_field} must be token ids"}}, status_code=400)
+        cached = self._cached_tokens(prompt, block=16 if path == "/v1/completions" else 1)
+        self.cached.append(cached)
         try:
             key, script = self._pick(prompt)
         except LookupError as e:
@@ -149,7 +160,23 @@ class FakeEngine:
         if script.fail == "reject":
             message = "This model's maximum context length is 8 tokens"
             return JSONResponse({"object": "error", "message": message, "code": 400}, status_code=400)
-        return payload, key, script, prompt
+        return payload, key, script, prompt, cached
+
+    def _cached_tokens(self, prompt: list[int], block: int) -> int:
+        """The prompt tokens this (simulated) prefix cache serves, and the prompt remembered."""
+        if not self.prefix_cache:
+            return 0
+        with self._lock:
+            best = 0
+            for earlier in self.prompts:
+                n = 0
+                for a, b in zip(earlier, prompt):
+                    if a != b:
+                        break
+                    n += 1
+                best = max(best, n)
+            self.prompts.append(list(prompt))
+        return min(best, len(prompt) - 1) // block * block
 
     def _check_constraint(self, path: str, payload: dict, script: Script) -> str | None:
         """Why the engine would refuse this constrained script, or None."""
@@ -216,7 +243,7 @@ class FakeEngine:
         started = await self._start(request, "/v1/completions", "prompt")
         if isinstance(started, Response):
             return started
-        payload, key, script, prompt = started
+        payload, key, script, prompt, cached = started
         batches, reason = self._play(script, payload.get("max_tokens"), payload.get("stop_token_ids") or [])
         k = payload.get("logprobs")
         as_ids = payload.get("return_tokens_as_token_ids")
@@ -260,6 +287,14 @@ class FakeEngine:
                     "choices": [choice],
                 }
                 yield json.dumps(chunk)
+            if (payload.get("stream_options") or {}).get("include_usage"):
+                done = sum(len(b) for b in batches)
+                usage = {"prompt_tokens": len(prompt), "completion_tokens": done,
+                         "total_tokens": len(prompt) + done}
+                if self.prefix_cache:  # vLLM --enable-prompt-tokens-details
+                    usage["prompt_tokens_details"] = {"cached_tokens": cached}
+                yield json.dumps({"id": rid, "object": "text_completion", "created": created, "model": "fake",
+                                  "choices": [], "usage": usage})
             yield "[DONE]"
 
         return self._stream(key, script, events())
@@ -270,7 +305,7 @@ class FakeEngine:
         started = await self._start(request, "/generate", "input_ids")
         if isinstance(started, Response):
             return started
-        payload, key, script, prompt = started
+        payload, key, script, prompt, cached = started
         params = payload.get("sampling_params") or {}
         batches, reason = self._play(script, params.get("max_new_tokens"), params.get("stop_token_ids") or [])
         want_lp = payload.get("return_logprob")
@@ -304,7 +339,7 @@ class FakeEngine:
                     "finish_reason": finish,
                     "prompt_tokens": len(prompt),
                     "completion_tokens": len(seen),
-                    "cached_tokens": 0,
+                    "cached_tokens": cached,
                 }
                 if want_lp:
                     meta["output_token_logprobs"] = [[fake_logprob(t), t, None] for t in out]
@@ -320,7 +355,7 @@ class FakeEngine:
         started = await self._start(request, "/completion", "prompt")
         if isinstance(started, Response):
             return started
-        payload, key, script, prompt = started
+        payload, key, script, prompt, cached = started
         n_predict = payload.get("n_predict")
         batches, reason = self._play(script, None if n_predict in (None, -1) else n_predict, [])
         k = payload.get("n_probs") or 0
@@ -370,7 +405,9 @@ class FakeEngine:
                     "stopping_word": "",
                     "tokens_predicted": produced,
                     "tokens_evaluated": len(prompt),
+                    "tokens_cached": len(prompt) + produced,  # the slot's length, not a hit count
                     "truncated": False,
+                    "timings": {"cache_n": cached, "prompt_n": len(prompt) - cached, "predicted_n": produced},
                 }
             )
 

@@ -501,12 +501,15 @@ def stop_reason(outcome: Outcome) -> tuple[str, str | None]:
     return STOP_REASONS.get(outcome.finish_reason, "end_turn"), None
 
 
-def usage(input_tokens: int, output_tokens: int) -> dict:
+def usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> dict:
+    """Anthropic's usage for a prompt of `input_tokens`, `cached_tokens` of them served from the
+    engine's prefix cache: as Anthropic counts them, `input_tokens` is the uncached rest and the
+    cache read a counter of its own (their sum is the prompt)."""
     return {
-        "input_tokens": input_tokens,
+        "input_tokens": input_tokens - cached_tokens,
         "output_tokens": output_tokens,
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": cached_tokens,
     }
 
 
@@ -605,7 +608,10 @@ class MessageStream:
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": {"output_tokens": outcome.completion_tokens},
+            # the engine says what its cache served only now: the SDKs take these over message_start's
+            "usage": {"output_tokens": outcome.completion_tokens,
+                      "input_tokens": outcome.prompt_tokens - outcome.cached_tokens,
+                      "cache_read_input_tokens": outcome.cached_tokens},
         }
         return (
             self._bytes(self.ops.close())
@@ -675,7 +681,7 @@ class MessageCollector:
             "content": self.blocks,
             "stop_reason": reason,
             "stop_sequence": sequence,
-            "usage": usage(outcome.prompt_tokens, outcome.completion_tokens),
+            "usage": usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens),
         }
 
     def _fold(self, ops: Iterable[tuple[str, int, Any]]) -> None:

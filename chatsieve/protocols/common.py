@@ -598,6 +598,7 @@ class Outcome:
     completion_tokens: int
     stop_sequence: str | None = None
     reasoning_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, served from the engine's prefix cache (0: none, or not said)
 
 
 class StreamEncoder(Protocol):

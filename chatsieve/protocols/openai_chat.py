@@ -237,11 +237,13 @@ def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage: `prompt_tokens` includes the `cached_tokens` the engine's prefix cache served."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -471,7 +473,7 @@ class CompletionCollector:
             self.message,
             model=info.model,
             finish_reason=outcome.finish_reason,
-            usage=usage(outcome.prompt_tokens, outcome.completion_tokens),
+            usage=usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens),
             logprobs=req.logprobs,
             top_logprobs=req.top_logprobs,
             content_logprobs=self.content_logprobs,
@@ -491,7 +493,7 @@ class ChatEncoder:
         return sse(self.chunks.first())
 
     def finish(self, outcome: Outcome) -> bytes:
-        end = self.chunks.finish(outcome.finish_reason, usage(outcome.prompt_tokens, outcome.completion_tokens))
+        end = self.chunks.finish(outcome.finish_reason, usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens))
         return sse_all(end) + sse("[DONE]")
 
     def error(self, e: RequestError) -> bytes:

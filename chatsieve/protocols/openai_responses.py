@@ -704,10 +704,11 @@ def _text_format(value: Any) -> dict | None:
 # ---------------------------------------------------------------- responses
 
 
-def usage(input_tokens: int, output_tokens: int, reasoning_tokens: int = 0) -> dict:
+def usage(input_tokens: int, output_tokens: int, reasoning_tokens: int = 0, cached_tokens: int = 0) -> dict:
+    """The Responses usage: `input_tokens` includes the `cached_tokens` the engine's cache served."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, output_tokens)},
         "total_tokens": input_tokens + output_tokens,
@@ -1181,7 +1182,8 @@ class _Outcomes:
         # before the first content or call) takes in the batch the content began in
         spent = count(reasoning) if reasoning and count else outcome.reasoning_tokens
         cut = outcome.finish_reason == "length"
-        return usage(outcome.prompt_tokens, outcome.completion_tokens, spent), "max_output_tokens" if cut else None
+        return (usage(outcome.prompt_tokens, outcome.completion_tokens, spent, outcome.cached_tokens),
+                "max_output_tokens" if cut else None)
 
 
 class ResponsesEncoder(_Outcomes):

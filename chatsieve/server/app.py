@@ -589,6 +589,9 @@ class Generation:
         self._past_reasoning = False  # content or a call came
         self._budget_hit = False
         self._engine_finish: str | None = None
+        # prompt tokens the engine's prefix cache served: the first engine request's count where the
+        # engine reported one, else a later request's (its prompt holds this one), at most the prompt
+        self.cached_tokens: int | None = None
         self._started = self._last = 0.0  # when the engine request began, and its last batch came
         self.request_id = ""
         self.metrics: Metrics | None = None
@@ -668,13 +671,23 @@ class Generation:
         accept, calls = self._accept, self.calls
         push = None if sink is None else self._pusher(sink, produced)
         stream = self.backend.generate(request, push)
+        waited = False
         try:
             async for batch in stream:
+                if waited and batch.token_ids and not batch.finish_reason:
+                    break  # the engine went on past the stop token
                 events, cut = accept(batch, produced)
                 if events:
                     yield calls.apply(events)
-                if cut or self.parser.stopped and not batch.finish_reason:  # or a local stop
+                if cut:
                     break  # closing the stream cancels the engine request
+                if self.parser.stopped and self._engine_finish is None:  # a local stop
+                    # a stop token ends the engine's generation too, and its last event (with the
+                    # cached-token count) comes next: it is read; a stop string, or tokens after the
+                    # stop token, cancel the engine request
+                    if waited or self.parser.stop_sequence is not None:
+                        break
+                    waited = True
         except BackendError:
             if self.metrics is not None:
                 self.metrics.engine_errors.inc()
@@ -727,6 +740,8 @@ class Generation:
             events += self._feed(ids, lps)
         if batch.finish_reason:
             self._engine_finish = batch.finish_reason
+        if batch.cached_tokens is not None and self.cached_tokens is None:
+            self.cached_tokens = batch.cached_tokens
         if over:
             self._engine_finish = "length"  # the engine went past max_tokens: cut here
         return events, over
@@ -794,6 +809,7 @@ class Generation:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             stop_sequence=self.parser.stop_sequence,
+            cached_tokens=min(self.cached_tokens or 0, self.prompt_tokens),
         )
 
 

@@ -197,7 +197,8 @@ def parse_messages_request(
         raise RequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     kwargs = dict(kwargs or {})
     thinking, budget = _thinking(get.value("thinking"), max_tokens)
-    switches, effort = reasoning_switches(format, thinking=thinking, effort=_effort(get.value("output_config")))
+    asked = _effort(get.value("output_config"))
+    switches, effort = reasoning_switches(format, thinking=thinking, effort=asked)
     # an absent `thinking` leaves the switch a request set itself (chat_template_kwargs) alone
     if get.value("thinking") is not None or not any(k in kwargs for k in THINKING_SWITCHES):
         kwargs.update(switches)
@@ -219,6 +220,9 @@ def parse_messages_request(
         chat_template_kwargs=kwargs,
         reasoning_effort=effort,
         reasoning_budget=budget,
+        # thinking off (disabled, or no `thinking`): the effort's budget is none's (a family that
+        # cannot switch thinking off gets the smallest)
+        effort="none" if thinking is False else asked,
         fit_max_tokens=True,
         note_unusable_calls=True,
     )

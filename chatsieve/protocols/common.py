@@ -132,6 +132,10 @@ class ChatRequest:
     logit_bias: tuple[tuple[int, float], ...] = ()
     response_format: dict | None = None
     reasoning_budget: int | None = None  # reasoning tokens before the reasoning is cut (enforced locally)
+    # the effort the client asked for (chat's reasoning_effort, Responses' reasoning.effort, Messages'
+    # output_config.effort), before the family's switch maps it: what picks a budget (`effort_budget`)
+    # when the request gives none
+    effort: str | None = None
     # a max_tokens above the room the prompt leaves in the context is lowered to it (the response
     # says so in MAX_TOKENS_HEADER), instead of a 400: /v1/messages, /v1/responses, --fit-max-tokens
     fit_max_tokens: bool = False
@@ -223,6 +227,36 @@ def reasoning_switches(format: str | None, *, thinking: bool | None, effort: str
         return {}, None if effort is None else _HARMONY_EFFORT[effort]
     kwargs = {} if thinking is None else dict.fromkeys(THINKING_SWITCHES, thinking)
     return kwargs, effort
+
+
+# Reasoning tokens per effort, for a request that asks an effort and gives no budget of its own
+# (docs/serving.md, "Reasoning budgets"): the values of vLLM's proposed --reasoning-effort-budgets
+# (vllm-project/vllm#55382); `serve --reasoning-effort-budgets` replaces them. `max` has none. `none`
+# turns thinking off where the family can; a family that cannot (gpt-oss) gets minimal's.
+EFFORT_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 4096, "medium": 16384, "high": 32768, "xhigh": 65536}
+
+
+def effort_budget(effort: str | None, format: str | None, table: Mapping[str, int] | None = None) -> int | None:
+    """The reasoning budget an effort asks for the served family (None: no budget)."""
+    table = EFFORT_BUDGETS if table is None else table
+    if effort == "none" and effort_only(format):
+        effort = "minimal"
+    return table.get(effort) if isinstance(effort, str) else None
+
+
+def check_effort_budgets(table: Any) -> dict[str, int]:
+    """A `--reasoning-effort-budgets` table checked: effort words to non-negative token counts."""
+    if not isinstance(table, Mapping):
+        raise ValueError("the reasoning effort budgets must be a JSON object, e.g. '{\"low\": 4096, \"high\": 32768}'")
+    known = [e for e in EFFORTS if e != "none"]
+    out = {}
+    for effort, budget in table.items():
+        if effort not in known:
+            raise ValueError(f"unknown effort {effort!r} in the reasoning effort budgets; known: {', '.join(known)}")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise ValueError(f"the budget for effort {effort!r} must be a non-negative integer, got {budget!r}")
+        out[effort] = budget
+    return out
 
 
 def check_json_depth(value: Any, limit: int) -> None:

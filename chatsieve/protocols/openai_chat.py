@@ -26,6 +26,7 @@ from chatsieve.events import (
 )
 from chatsieve.messages import MessageError, normalize_messages, order_tool_results
 from chatsieve.protocols.common import (
+    MAX_TOKENS_CEILING,
     ChatRequest,
     Fields,
     Outcome,
@@ -133,6 +134,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
 
     parallel = get.boolean("parallel_tool_calls")
     top_k = get.integer("top_k", minimum=-1, maximum=MAX_TOKEN_ID)
+    effort = get.string("reasoning_effort")
     return ChatRequest(
         messages=messages,
         model=model,
@@ -149,7 +151,9 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         stream=stream,
         include_usage=include_usage and stream,
         chat_template_kwargs=dict(kwargs or {}),
-        reasoning_effort=get.string("reasoning_effort"),
+        reasoning_effort=effort,
+        effort=effort,
+        reasoning_budget=_thinking_budget(get),
         top_k=None if top_k is None else max(top_k, 0),
         min_p=get.number("min_p", minimum=0.0, maximum=1.0),
         presence_penalty=get.number("presence_penalty", minimum=-2.0, maximum=2.0),
@@ -159,6 +163,27 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         response_format=response_format(get.value("response_format")),
         fit_max_tokens=limits.fit_max_tokens,
     )
+
+
+# vLLM's name for a reasoning budget on chat completions, and the name some clients send
+BUDGET_FIELDS = ("thinking_token_budget", "max_reasoning_tokens")
+
+
+def _thinking_budget(get: Fields) -> int | None:
+    """The reasoning budget in tokens: ``thinking_token_budget`` (vLLM's field: a non-negative integer,
+    -1 for none) or ``max_reasoning_tokens``; None when neither is given. Enforced by the server
+    (the reasoning is closed where the budget runs out), whatever the engine."""
+    budgets = {}
+    for name in BUDGET_FIELDS:
+        value = get.integer(name, minimum=-1, maximum=MAX_TOKENS_CEILING)
+        if value is not None:
+            budgets[name] = None if value == -1 else value
+    if len(set(budgets.values())) > 1:
+        raise RequestError(
+            f"'thinking_token_budget' ({budgets['thinking_token_budget']}) and 'max_reasoning_tokens' "
+            f"({budgets['max_reasoning_tokens']}) disagree: give one", param="thinking_token_budget"
+        )
+    return next(iter(budgets.values()), None)
 
 
 def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:

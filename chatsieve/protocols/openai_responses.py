@@ -173,6 +173,7 @@ class ResponsesRequest:
             stream=self.stream,
             chat_template_kwargs=kwargs,
             reasoning_effort=effort,
+            effort=self.reasoning_effort,
             response_format=self.response_format,
             logprobs=self.logprobs,
             top_logprobs=self.top_logprobs,

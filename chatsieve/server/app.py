@@ -49,11 +49,13 @@ from chatsieve.preparation import (
     model_context_length,
     parser_prompt,
     plan_request_constraint,
+    reasoning_budget,
     render_request_prompt,
 )
 from chatsieve.prompt import load_chat_template
 from chatsieve.protocols.anthropic import ANTHROPIC, model_entry, models_page
 from chatsieve.protocols.common import (
+    EFFORT_BUDGETS,
     LEFT_OUT_HEADER,
     ChatRequest,
     ClientProtocol,
@@ -65,6 +67,7 @@ from chatsieve.protocols.common import (
     ResponseInfo,
     StreamEncoder,
     ToolCallFilter,
+    check_effort_budgets,
     finish_reason,
     json_depth_message,
 )
@@ -118,6 +121,8 @@ class ServerConfig:
     prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
     chat_template: Path | None = None  # --chat-template: replaces the model directory's template
     format_file: Path | None = None  # --format-file: the family `format` names comes from this file
+    # --reasoning-effort-budgets: reasoning tokens per effort, over protocols.common.EFFORT_BUDGETS
+    effort_budgets: tuple[tuple[str, int], ...] = ()
 
     @property
     def model_name(self) -> str:
@@ -151,6 +156,7 @@ class ServerConfig:
                 "format_file": None if d.get("format_file") is None else Path(d["format_file"]),
                 "extra_backend_urls": tuple(d.get("extra_backend_urls", ())),
                 "model_aliases": tuple(d.get("model_aliases", ())),
+                "effort_budgets": tuple((e, b) for e, b in d.get("effort_budgets", ())),
                 "cors_origins": tuple(d.get("cors_origins", ())),
                 "limits": RequestLimits(**d["limits"]),
                 "security": SecurityPolicy(
@@ -336,6 +342,7 @@ class ChatService:
         self.probe: httpx.AsyncClient | None = None  # health and /props checks
         self.backend: ReplicaPool | None = None
         self.max_model_len = config.max_model_len or model_context_length(config.model_dir, self.tokenizer)
+        self.effort_budgets = {**EFFORT_BUDGETS, **check_effort_budgets(dict(config.effort_budgets))}
         if self.max_model_len is None:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
         self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
@@ -553,9 +560,10 @@ class ChatService:
         gen.note_scrub = formats.get(self.config.format).delimiters
         gen.vocab_size = self.vocab_size
         gen.metrics = self.metrics
-        close = reasoning_close(self.config.format, req.thinking) if req.reasoning_budget else None
+        budget = reasoning_budget(req, format=self.config.format, efforts=self.effort_budgets)
+        close = reasoning_close(self.config.format, req.thinking) if budget is not None else None
         if close is not None:  # a family without a closing marker cannot be cut: the budget is not enforced
-            gen.reasoning_budget = req.reasoning_budget
+            gen.reasoning_budget = budget
             gen.budget_close_ids = self.tokenizer.encode(close)
         return gen
 

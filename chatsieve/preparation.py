@@ -194,9 +194,12 @@ def plan_request_constraint(req: ChatRequest, *, format: str, engine: str, token
             token_id=tokenizer.single_token_id,
             parallel=req.parallel_tool_calls,
             thinking=req.thinking,
+            strict=req.strict_tools,
+            aliases=req.tool_aliases,
         )
     except GrammarError as e:
-        param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
+        param = ("tool_choice" if req.tool_choice.mode in ("required", "function")
+                 else "response_format" if req.response_format else "tools")  # fmt: skip
         code = "grammar_too_large" if isinstance(e, GrammarTooLarge) else "unsupported_constraint"
         raise RequestError(str(e), param=param, code=code) from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import socket
@@ -45,6 +46,9 @@ class Script:
     constrained: bool = False
     constraint_tail: int = 1
     unconstrained: bool = False  # refuse a request that carries a constraint (a first, free phase)
+    # What the model writes instead where a strict-tool constraint (a structural tag, a lazy
+    # grammar: tests/strict_engine.py) refuses its first choice: its next choices, in order
+    fallbacks: tuple[list[int], ...] = ()
 
 
 def fake_logprob(token_id: int) -> float:
@@ -69,8 +73,17 @@ class FakeEngine:
         sglang_cumulative: bool = False,
         latest: bool = False,
         prefix_cache: bool = False,
+        tokenizer: object = None,
+        eog: frozenset[int] = frozenset(),
     ) -> None:
         self.decode = decode
+        # the family's tokenizer (chatsieve's), to refuse and enforce strict-tool constraints as the
+        # real engines do (tests/strict_engine.py); `eog`: llama.cpp's end-of-generation ids
+        if tokenizer is None and type(getattr(decode, "__self__", None)).__name__ == "Tokenizer":
+            tokenizer = decode.__self__  # `tok.decode` of chatsieve's Tokenizer: enforce with it
+        self.tokenizer = tokenizer
+        self.eog = eog
+        self.chosen: list[int] = []  # per strict-constrained request: which choice it played (0: the first)
         # Report cached prompt tokens as each engine does (vLLM with --enable-prompt-tokens-details,
         # in the usage chunk stream_options.include_usage asks for; SGLang meta_info.cached_tokens;
         # llama.cpp timings.cache_n on its last event): the longest prefix shared with an earlier
@@ -155,6 +168,22 @@ class FakeEngine:
         refused = self._check_constraint(path, payload, script)
         if refused is not None:
             return JSONResponse({"error": {"message": refused, "code": 400}}, status_code=400)
+        from strict_engine import admits, refusal, strict_constraint
+
+        if strict_constraint(path, payload) is not None:
+            if self.tokenizer is None:
+                return JSONResponse({"error": {"message": "the stand-in needs tokenizer= to enforce a "
+                                               "strict-tool constraint"}}, status_code=500)  # fmt: skip
+            why = refusal(path, payload, self.tokenizer)
+            if why is not None:
+                return JSONResponse({"error": {"message": why, "code": 400}}, status_code=400)
+            choices = [list(script.token_ids), *script.fallbacks]
+            pick = next((i for i, c in enumerate(choices) if admits(path, payload, c, self.tokenizer, self.eog)), None)
+            if pick is None:
+                return JSONResponse({"error": {"message": "the constraint admits none of the script's outputs",
+                                               "code": 500}}, status_code=500)  # fmt: skip
+            self.chosen.append(pick)
+            script = dataclasses.replace(script, token_ids=choices[pick])
         if script.fail == "status":
             return JSONResponse({"error": {"message": "engine exploded", "code": 500}}, status_code=500)
         if script.fail == "reject":

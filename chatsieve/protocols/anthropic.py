@@ -183,7 +183,7 @@ def parse_messages_request(
     except MessageError as e:  # a result for a call the turn before did not make
         raise RequestError(str(e), param="messages") from None
 
-    tools, left_out = _tools(get.value("tools"))
+    tools, left_out, strict = _tools(get.value("tools"))
     tool_choice, parallel = _tool_choice(get.value("tool_choice"), tools)
     if get.value("mcp_servers"):
         raise RequestError(
@@ -220,6 +220,7 @@ def parse_messages_request(
         chat_template_kwargs=kwargs,
         reasoning_effort=effort,
         reasoning_budget=budget,
+        strict_tools=strict,
         # thinking off (disabled, or no `thinking`): the effort's budget is none's (a family that
         # cannot switch thinking off gets the smallest)
         effort="none" if thinking is False else asked,
@@ -387,13 +388,15 @@ def _assistant(content: list, param: str) -> dict:
     return msg
 
 
-def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...]]:
-    """The custom tools as OpenAI functions, and the names of the hosted tools left out."""
+def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...], tuple[str, ...]]:
+    """The custom tools as OpenAI functions, the names of the hosted tools left out, and the names
+    of the strict tools (``strict: true``: Anthropic's strict tool use, the input must match
+    ``input_schema``; kept out of the function, so the prompt is the same either way)."""
     if value is None:
-        return None, ()
+        return None, (), ()
     if not isinstance(value, list):
         raise RequestError("'tools' must be an array", param="tools")
-    tools, left_out = [], []
+    tools, left_out, strict_names = [], [], []
     for i, t in enumerate(value):
         param = f"tools[{i}]"
         if not isinstance(t, dict):
@@ -415,11 +418,16 @@ def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...]]:
             raise RequestError(f"{param}.input_schema must be a JSON Schema object", param=f"{param}.input_schema")
         if description is not None and not isinstance(description, str):
             raise RequestError(f"{param}.description must be a string", param=f"{param}.description")
+        strict = t.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise RequestError(f"{param}.strict must be true or false", param=f"{param}.strict")
         fn: dict[str, Any] = {"name": name, "parameters": schema}
         if description is not None:
             fn["description"] = description
+        if strict:
+            strict_names.append(name)
         tools.append({"type": "function", "function": fn})
-    return tools or None, tuple(left_out)
+    return tools or None, tuple(left_out), tuple(strict_names)
 
 
 def _tool_choice(value: Any, tools: list[dict] | None) -> tuple[ToolChoice, bool]:

@@ -153,6 +153,8 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         chat_template_kwargs=dict(kwargs or {}),
         reasoning_effort=effort,
         effort=effort,
+        # chat completions: a function is strict only with `strict: true` (OpenAI's default)
+        strict_tools=tuple(t["function"]["name"] for t in tools or () if t["function"].get("strict") is True),
         reasoning_budget=_thinking_budget(get),
         top_k=None if top_k is None else max(top_k, 0),
         min_p=get.number("min_p", minimum=0.0, maximum=1.0),
@@ -230,6 +232,8 @@ def _check_tool(t: Any, i: int) -> None:
     params = fn.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise RequestError(f"{param}.function.parameters must be an object", param=f"{param}.function")
+    if fn.get("strict") is not None and not isinstance(fn["strict"], bool):
+        raise RequestError(f"{param}.function.strict must be true or false", param=f"{param}.function.strict")
 
 
 def _tool_choice(value: Any, tools: list[dict] | None) -> ToolChoice:

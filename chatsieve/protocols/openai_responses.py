@@ -168,6 +168,8 @@ class ResponsesRequest:
             fit_max_tokens=True,
             note_unusable_calls=True,
             tool_aliases=namespaced_aliases(self.namespaces),
+            # Responses: a function is strict unless `strict: false` (OpenAI's Responses default)
+            strict_tools=tuple(t["function"]["name"] for t in self.offered if t["function"].get("strict") is not False),
             temperature=self.temperature,
             top_p=self.top_p,
             stream=self.stream,
@@ -588,6 +590,8 @@ def _tools(tools: list) -> tuple[list[dict], list[str], dict[str, str]]:
                 left_out.append(f"{namespace}.{name}")
                 return
             raise RequestError(f"{param}: two tools are named {name!r}", param=f"{param}.name")
+        if t.get("strict") is not None and not isinstance(t["strict"], bool):
+            raise RequestError(f"{param}.strict must be true or false", param=f"{param}.strict")
         fn: dict = {"name": name}
         for key in ("description", "parameters", "strict"):
             if t.get(key) is not None:

@@ -371,7 +371,9 @@ def vllm_payload(req: GenerationRequest, model: str | None) -> dict:
         p["return_tokens_as_token_ids"] = True
     c = req.constraint
     if c is not None:  # vLLM >= 0.11 (earlier versions named these guided_*)
-        if c.kind == "grammar":
+        if c.kind == "structural_tag":  # a JSON string (StructuredOutputsParams.structural_tag)
+            p["structured_outputs"] = {"structural_tag": c.structural_tag}
+        elif c.kind == "grammar":
             p["structured_outputs"] = {"grammar": c.grammar}
         elif c.kind == "json_object":
             p["structured_outputs"] = {"json_object": True}
@@ -391,7 +393,9 @@ def sglang_payload(req: GenerationRequest, model: str | None) -> dict:
     _sampling(params, req, "sglang")
     c = req.constraint
     if c is not None:
-        if c.kind == "grammar":
+        if c.kind == "structural_tag":
+            params["structural_tag"] = c.structural_tag
+        elif c.kind == "grammar":
             params["ebnf"] = c.grammar
         else:
             params["json_schema"] = json.dumps(c.schema if c.kind == "json_schema" else {"type": "object"})
@@ -417,6 +421,10 @@ def llamacpp_payload(req: GenerationRequest, model: str | None) -> dict:
     if c is not None:
         if c.kind == "grammar":
             p["grammar"] = c.grammar
+            if c.triggers:  # lazy: armed by a trigger, which is never an empty list (a 400 there)
+                p["grammar_lazy"] = True
+                p["grammar_triggers"] = [{"type": kind, "value": value} for kind, value in c.triggers]
+                p["preserved_tokens"] = list(c.preserved_tokens)
         else:
             p["json_schema"] = c.schema if c.kind == "json_schema" else {"type": "object"}
     return p

@@ -305,7 +305,8 @@ def _xml_value(rules: _Rules, values: ValueGrammar, schema: Any, where: str, raw
 
 class StrictCheck:
     """Each strict tool's schema (in strict mode) as a validator: `problem(name, arguments)` says
-    why a call's arguments (JSON text) do not match, or None."""
+    where and why a call's arguments (JSON text) do not match (`at days: 'three' is not of type
+    'integer'`), or None."""
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] | None, strict: Iterable[str]) -> None:
         names = set(strict)
@@ -323,7 +324,7 @@ class StrictCheck:
         try:
             value = json.loads(arguments or "{}")
         except ValueError:
-            return "its arguments are not JSON"
+            return "not JSON"
         validator = self._validators.get(name)
         if validator is None:
             import jsonschema
@@ -338,4 +339,4 @@ class StrictCheck:
         if error is None:
             return None
         at = "/".join(str(p) for p in error.absolute_path)
-        return f"its arguments do not match the tool's schema{f' at {at}' if at else ''}: {error.message}"
+        return f"at {at}: {error.message}" if at else error.message

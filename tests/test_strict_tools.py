@@ -244,3 +244,21 @@ def test_the_filter_checks_each_strict_call_as_it_ends():
     assert h.apply(call(0, "get_weather", {"city": "Rome", "days": 1})[:2]) == []
     h.finish()
     assert h.unusable == ["`get_weather` was called, but the call never ended"]
+
+
+def test_the_strict_tools_example_runs(tmp_path, capsys):
+    """docs/serving.md "Strict tools": the client as written (its port only), against a Qwen3
+    stand-in on vLLM whose model first writes `"days": "three"`."""
+    from readme_recipes import readme_blocks
+
+    (snippet,) = readme_blocks("Strict tools")
+    family = "qwen3"
+    first = model_output(family, thinking=True, reasoning="Three days.", calls=(("get_weather", {"city": "Paris", "days": "three"}),))
+    then = model_output(family, thinking=True, reasoning="Three days.", calls=(("get_weather", {"city": "Paris", "days": 3}),))
+    scripts = {"Weather in Paris for three days?": Script(encode(family, first), fallbacks=(encode(family, then),))}
+    with served(tmp_path, family, scripts, model="Qwen3-8B", engine_options={"tokenizer": tokenizer(family)}) as (
+            url, engine, _):  # fmt: skip
+        assert "http://127.0.0.1:8000/v1" in snippet
+        exec(compile(snippet.replace("http://127.0.0.1:8000/v1", url + "/v1"), "docs/serving.md", "exec"), {})
+    assert capsys.readouterr().out == 'get_weather {"city":"Paris","days":3}\n'
+    assert engine.chosen == [1]

@@ -262,3 +262,28 @@ def test_the_strict_tools_example_runs(tmp_path, capsys):
         exec(compile(snippet.replace("http://127.0.0.1:8000/v1", url + "/v1"), "docs/serving.md", "exec"), {})
     assert capsys.readouterr().out == 'get_weather {"city":"Paris","days":3}\n'
     assert engine.chosen == [1]
+
+
+def test_which_tools_are_strict_per_route_and_a_bad_flag_is_a_400():
+    from chatsieve.protocols.anthropic import parse_messages_request
+    from chatsieve.protocols.common import RequestError
+    from chatsieve.protocols.openai_chat import parse_chat_request
+    from chatsieve.protocols.openai_responses import parse_responses_request
+
+    chat = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "tools": _tools("chat")})
+    responses = parse_responses_request({"input": "hi", "tools": _tools("responses")}).chat_request()
+    messages = parse_messages_request({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                                       "tools": _tools("messages")}).chat  # fmt: skip
+    assert chat.strict_tools == responses.strict_tools == messages.strict_tools == ("get_weather",)
+    # Messages: the flag stays out of the function the template renders (the prompt is the same either way)
+    assert "strict" not in messages.tools[0]["function"]
+    bad = {"chat": lambda: parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "tools": [
+               {"type": "function", "function": {"name": "f", "strict": "yes"}}]}),
+           "responses": lambda: parse_responses_request({"input": "hi", "tools": [
+               {"type": "function", "name": "f", "strict": 1}]}),
+           "messages": lambda: parse_messages_request({"model": "m", "max_tokens": 10, "messages": [
+               {"role": "user", "content": "hi"}], "tools": [{"name": "f", "input_schema": {}, "strict": "true"}]})}  # fmt: skip
+    for route, parse in bad.items():
+        with pytest.raises(RequestError) as e:
+            parse()
+        assert e.value.status == 400 and e.value.param.endswith("strict"), route

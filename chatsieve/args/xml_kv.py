@@ -52,6 +52,7 @@ _DRIFT = re.compile(r"[\w.:-]{1,8}>")  # what a mistyped VALUE_CLOSE has after i
 OUTSIDE, NAME, ARGS, KEY, PRE_VALUE, VALUE = "outside", "name", "args", "key", "pre-value", "value"
 RECOVER, ENDED = "recover", "ended"  # after a malformed call; after a tentative region's call
 PEEK = "peek"  # a tag inside a value, held until what follows says whether it counts
+TYPE = "type"  # between `type_open` and `type_close` (before VALUE_OPEN): dropped
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ class XmlKvSyntax:
     # the region's own open and close markers: inside a value they open and close an example
     openers: tuple[str, ...] = ()
     closers: tuple[str, ...] = ()
+    # a tag pair the template may write between a key's close and VALUE_OPEN, dropped with its text
+    # (K2-Horizon's `<ifm|arg_type>T</ifm|arg_type>`: the tool's schema types the value)
+    type_open: str = ""
+    type_close: str = ""
 
     @cached_property
     def drift(self) -> str:
@@ -85,7 +90,7 @@ class XmlKvSyntax:
         """Every tag of the call syntax."""
         return frozenset(
             t for t in (self.call_open, *self.name_close, self.call_close, self.key_open, self.key_close,
-                        self.value_open, self.value_close) if t
+                        self.value_open, self.value_close, self.type_open, self.type_close) if t
         )
 
     @cached_property
@@ -98,7 +103,8 @@ class XmlKvSyntax:
             NAME: name_stops,
             ARGS: (self.key_open, self.call_close),
             KEY: (self.key_close, self.call_open),
-            PRE_VALUE: (self.value_open,) if self.value_open else (),
+            PRE_VALUE: (self.value_open, self.type_open) if self.value_open else (),
+            TYPE: (self.type_close,),
             VALUE: (self.value_close, self.key_open, self.call_close, self.call_open, self.drift, *self.openers,
                     *self.closers),
             RECOVER: (self.call_open, self.call_close),
@@ -139,6 +145,14 @@ class XmlKvSyntax:
             pre = frozenset(s[:i] for s in v for i in range(1, len(s)))
             out[k] = (pre, max((len(p) for p in pre), default=0))
         return out
+
+
+def _skip_ws(buf: str, q: int) -> int:
+    """Past the whitespace at `q` (at most _MAX_GAP characters of it)."""
+    p = q
+    while q < len(buf) and buf[q] in _WS and q - p <= _MAX_GAP:
+        q += 1
+    return q
 
 
 def _dump(v: Any) -> str:
@@ -282,7 +296,7 @@ class XmlKvCodec(RegionCodec):
             if self.syntax.call_close:  # a missing CALL_CLOSE is tolerated at the region's end
                 self.ops.append(Junk("", f"no {self.syntax.call_close}: the call ends with its region (repaired)"))
             self._call_done()
-        elif st in (NAME, ARGS, KEY, PRE_VALUE, VALUE):
+        elif st in (NAME, ARGS, KEY, PRE_VALUE, TYPE, VALUE):
             if truncated:
                 self.fail("the output ended inside the call", truncated=True)
             else:
@@ -501,10 +515,15 @@ class XmlKvCodec(RegionCodec):
         q = p
         while True:
             if syn.value_open:  # GLM, Hunyuan: `<arg_value>` before the value
-                while q < n and buf[q] in _WS and q - p <= _MAX_GAP:
-                    q += 1
+                q = _skip_ws(buf, q)
+                if syn.type_open and buf.startswith(syn.type_open, q):  # K2-Horizon's type tag
+                    e = buf.find(syn.type_close, q, q + _MAX_HEAD)
+                    if e < 0:
+                        return None if not final and n - q < _MAX_HEAD else False
+                    q = _skip_ws(buf, e + len(syn.type_close))
                 if not buf.startswith(syn.value_open, q):
-                    return None if not final and syn.value_open.startswith(buf[q:]) else False
+                    opens = (syn.value_open, syn.type_open)
+                    return None if not final and any(t and t.startswith(buf[q:]) for t in opens) else False
                 q += len(syn.value_open)
             line = True  # where the repeated value starts
             while True:
@@ -558,8 +577,8 @@ class XmlKvCodec(RegionCodec):
                 self._err("no valid function name")
         elif st in (OUTSIDE, ENDED):
             self._junk.append(s)
-        elif st == RECOVER:
-            pass  # part of the failed call: the engine reports its raw text
+        elif st in (RECOVER, TYPE):
+            pass  # part of the failed call (the engine reports its raw text); a value's type tag
         elif s.strip(_WS):
             self._err(f"unexpected text {s.strip(_WS)[:40]!r} in the call")
 
@@ -604,6 +623,10 @@ class XmlKvCodec(RegionCodec):
                 self._st = PRE_VALUE if syn.value_open else VALUE
                 if not syn.value_open:
                     self._value_begin()
+        elif st == PRE_VALUE and t == syn.type_open:
+            self._st = TYPE
+        elif st == TYPE:
+            self._st = PRE_VALUE
         elif st == PRE_VALUE:
             self._st = VALUE
             self._value_begin()

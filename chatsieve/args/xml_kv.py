@@ -53,6 +53,7 @@ OUTSIDE, NAME, ARGS, KEY, PRE_VALUE, VALUE = "outside", "name", "args", "key", "
 RECOVER, ENDED = "recover", "ended"  # after a malformed call; after a tentative region's call
 PEEK = "peek"  # a tag inside a value, held until what follows says whether it counts
 TYPE = "type"  # between `type_open` and `type_close` (before VALUE_OPEN): dropped
+_OPEN, _IN, _AFTER = range(3)  # a repeated value's read-ahead: before the value, in it, after its close
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,13 @@ class XmlKvSyntax:
         return out
 
 
+def _line(line: bool, s: str) -> bool:
+    """Whether text so far still stands alone on its line (only spaces and tabs since its last
+    line break; `line` for the text before `s`)."""
+    nl = s.rfind("\n")
+    return (line if nl < 0 else True) and not s[nl + 1 :].strip(" \t")
+
+
 def _skip_ws(buf: str, q: int) -> int:
     """Past the whitespace at `q` (at most _MAX_GAP characters of it)."""
     p = q
@@ -211,6 +219,9 @@ class XmlKvCodec(RegionCodec):
         self._cur_key = ""  # the parameter whose value is being read
         self._given: set[str] = set()  # the parameters the current call has so far
         self._peek_tag = ""  # PEEK: the tag inside the value being decided
+        self._peeks = 0  # PEEKs so far: the read-ahead below belongs to one
+        self._peek_at = 0  # where the held tag starts in the text `_peek` reads
+        self._look: list | None = None  # a repeat's read-ahead, where it stopped (`_repeat`)
         # token mode, VALUE_CLOSE a control token: a tag spelled inside a value is its text
         self._value_gated = self.syntax.value_close in ctx.gated
 
@@ -420,6 +431,7 @@ class XmlKvCodec(RegionCodec):
         else:
             self._peek_tag = tag
             self._peek_line = self._v_line
+            self._peeks += 1
             self._st = PEEK
             return m.start()
         self._tag_text(tag)
@@ -429,6 +441,7 @@ class XmlKvCodec(RegionCodec):
         """Whether the tag at `i`, inside a value, counts (None: not clear yet)."""
         syn = self.syntax
         tag = self._peek_tag
+        self._peek_at = i
         j = i + len(tag)
         if tag == syn.key_open and tag != syn.value_close:
             return self._next_key(buf, j, final, missing_close=True)
@@ -507,46 +520,67 @@ class XmlKvCodec(RegionCodec):
         is followed by the call's next parameter or end; an example the value holds (False:
         all of it is the value's text) when anything else follows. Further repeats are read
         through. At most _MAX_LOOK characters are read ahead: past them it stays ambiguous
-        (reported), and the value is kept whole."""
+        (reported), and the value is kept whole.
+
+        Undecided (None), the read-ahead keeps where it stopped (`_look`, places counted from
+        the held tag's start, which stays the held text's start): the next delta goes on from
+        there, so a value streamed in small deltas is read once, not once per delta."""
         syn = self.syntax
         n = len(buf)
+        base = self._peek_at
+        look = self._look
+        if look is None or look[0] != self._peeks or look[1] != p - base:
+            look = self._look = [self._peeks, p - base, p - base, _OPEN, True]  # PEEK, key end, place, phase, line
         limit = p + _MAX_LOOK
         pat = syn.patterns[VALUE]
-        q = p
+        q, phase, line = base + look[2], look[3], look[4]
+
+        def held() -> None:  # not clear yet: go on from q next time
+            look[2:] = [q - base, phase, line]
+
         while True:
-            if syn.value_open:  # GLM, Hunyuan: `<arg_value>` before the value
-                q = _skip_ws(buf, q)
-                if syn.type_open and buf.startswith(syn.type_open, q):  # K2-Horizon's type tag
-                    e = buf.find(syn.type_close, q, q + _MAX_HEAD)
-                    if e < 0:
-                        return None if not final and n - q < _MAX_HEAD else False
-                    q = _skip_ws(buf, e + len(syn.type_close))
-                if not buf.startswith(syn.value_open, q):
-                    opens = (syn.value_open, syn.type_open)
-                    return None if not final and any(t and t.startswith(buf[q:]) for t in opens) else False
-                q += len(syn.value_open)
-            line = True  # where the repeated value starts
-            while True:
-                m = pat.search(buf, q, limit)
-                if m is None:
-                    if n < limit:
-                        return True if final else None
-                    why = (f"{self._cur_key!r}: a parameter the call has opens again inside the value, and nothing "
-                           f"within {_MAX_LOOK} characters tells a repeat from an example: kept as the value's text")
-                    self.ops.append(Junk("", why))
-                    return False
-                between = buf[q : m.start()]
-                nl = between.rfind("\n")
-                line = (line if nl < 0 else True) and not between[nl + 1 :].strip(" \t")
-                q = m.end()
-                if m.group() == syn.value_close:
-                    break
-                line = False
-            k = q
-            while k < n and buf[k] in _WS and k - q <= _MAX_GAP:
-                k += 1
+            if phase == _OPEN:
+                if syn.value_open:  # GLM, Hunyuan: `<arg_value>` before the value
+                    v = _skip_ws(buf, q)
+                    if syn.type_open and buf.startswith(syn.type_open, v):  # K2-Horizon's type tag
+                        e = buf.find(syn.type_close, v, v + _MAX_HEAD)
+                        if e < 0:
+                            return held() if not final and n - v < _MAX_HEAD else False
+                        v = _skip_ws(buf, e + len(syn.type_close))
+                    if not buf.startswith(syn.value_open, v):
+                        opens = (syn.value_open, syn.type_open)
+                        return held() if not final and any(t and t.startswith(buf[v:]) for t in opens) else False
+                    q = v + len(syn.value_open)
+                phase, line = _IN, True  # where the repeated value starts
+            if phase == _IN:
+                while True:
+                    m = pat.search(buf, q, limit)
+                    if m is None:
+                        if n >= limit:
+                            why = (f"{self._cur_key!r}: a parameter the call has opens again inside the value, and "
+                                   f"nothing within {_MAX_LOOK} characters tells a repeat from an example: kept as "
+                                   "the value's text")
+                            self.ops.append(Junk("", why))
+                            return False
+                        if final:
+                            return True
+                        cut = max(q, n - syn.prefixes[VALUE][1])  # a stop may still begin in the tail
+                        line = _line(line, buf[q:cut])
+                        q = cut
+                        return held()
+                    if m.end() == n and not final and m.group() in syn.extendable:
+                        line = _line(line, buf[q : m.start()])  # `</parameter` may become `</parameter>`
+                        q = m.start()
+                        return held()
+                    line = _line(line, buf[q : m.start()])
+                    q = m.end()
+                    if m.group() == syn.value_close:
+                        break
+                    line = False
+                phase = _AFTER
+            k = _skip_ws(buf, q)
             if k == n:
-                return True if final else None
+                return True if final else held()
             gap = buf[q:k]
             if gap and "\n" not in gap and not line:
                 return False
@@ -554,14 +588,14 @@ class XmlKvCodec(RegionCodec):
                 return True
             if not buf.startswith(syn.key_open, k):
                 nxt = (syn.call_close, syn.key_open)
-                return None if not final and any(t and t.startswith(buf[k : k + len(t)]) for t in nxt) else False
+                return held() if not final and any(t and t.startswith(buf[k : k + len(t)]) for t in nxt) else False
             e = buf.find(syn.key_close, k, k + _MAX_HEAD)
             if e < 0:
-                return None if not final and n - k < _MAX_HEAD else False
+                return held() if not final and n - k < _MAX_HEAD else False
             raw = buf[k + len(syn.key_open) : e].strip(_WS)
             if (self._unquote(raw)[0] if syn.quoted else raw) not in self._given:
                 return True  # the call's next parameter
-            q = e + len(syn.key_close)  # another repeat: read its value too
+            q, phase = e + len(syn.key_close), _OPEN  # another repeat: read its value too
 
     def _text(self, s: str) -> None:
         if not s:

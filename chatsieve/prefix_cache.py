@@ -11,12 +11,16 @@ rest is encoded as `A` + rest (and `A`'s id dropped again), so it is never the t
 compares the two on every shared tokenizer.
 
 The cache is bounded (entries and tokens, least recently used out first) and keyed by content:
-one per tokenizer, safe to use from several threads.
+one per tokenizer, safe to use from several threads. It is partitioned (`partition`): an encode
+reuses only the prefixes of prompts encoded in the same partition -- the server's is the caller's
+identity, so how fast a prompt is encoded says nothing of what another API key sent.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import contextvars
 import threading
 import weakref
 from array import array
@@ -25,12 +29,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Encoded", "PrefixCache", "configure", "encode"]
+__all__ = ["Encoded", "PrefixCache", "configure", "encode", "partition"]
 
 MAX_ENTRIES = 64
 MAX_TOKENS = 2_000_000  # ids kept over all entries of one tokenizer (4 bytes each, plus offsets)
 MIN_TOKENS = 256  # a prompt shorter than this is encoded whole and not kept
 _BUCKET_CHARS = 256  # entries are grouped by their first characters (a system prompt's start)
+_PARTITION: contextvars.ContextVar[str] = contextvars.ContextVar("chatsieve_prefix_partition", default="")
+
+
+@contextlib.contextmanager
+def partition(name: str):  # -> Iterator[None]
+    """Encodes inside this block reuse (and leave) only entries of partition `name` (e.g. a
+    caller's id); outside any block, the partition is ""."""
+    token = _PARTITION.set(name)
+    try:
+        yield
+    finally:
+        _PARTITION.reset(token)
 
 
 class Encoded:
@@ -64,6 +80,15 @@ class _Entry:
     offsets: array  # 'I', flattened
     cuts: list[int]  # character positions right after a cut token, ascending
     counts: list[int] = field(default_factory=list)  # tokens up to and including that cut token
+    partition: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.partition, self.text
+
+    @property
+    def bucket(self) -> tuple[str, str]:
+        return self.partition, self.text[:_BUCKET_CHARS]
 
 
 class PrefixCache:
@@ -73,8 +98,9 @@ class PrefixCache:
         self._hf = hf
         self.max_entries = max_entries
         self.max_tokens = max_tokens
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()  # by text, least recently used first
-        self._buckets: dict[str, list[_Entry]] = {}
+        # by (partition, text), least recently used first; buckets by (partition, first characters)
+        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        self._buckets: dict[tuple[str, str], list[_Entry]] = {}
         self._tokens = 0
         self._lock = threading.Lock()
         self._cut_ids = _cut_tokens(hf)  # id -> text
@@ -85,10 +111,11 @@ class PrefixCache:
         """The encoding of `text` (add_special_tokens=False), the same as one whole encode."""
         if not self._cut_ids or self.max_entries <= 0 or self.max_tokens <= 0:
             return self._whole(text, keep=False)
+        part = _PARTITION.get()
         with self._lock:
-            best = self._longest(text)
+            best = self._longest(text, part)
         if best is None:
-            return self._whole(text, keep=True)
+            return self._whole(text, keep=True, part=part)
         entry, i = best
         cut, count = entry.cuts[i], entry.counts[i]
         token = self._cut_ids[entry.ids[count - 1]]
@@ -100,7 +127,7 @@ class PrefixCache:
             enc = self._hf.encode_batch([token + rest], add_special_tokens=False)[0]
             shift = cut - len(token)
             if not enc.ids or self._cut_ids.get(enc.ids[0]) != token or enc.offsets[0] != (0, len(token)):
-                return self._whole(text, keep=True)  # not as the argument above says: never guess
+                return self._whole(text, keep=True, part=part)  # not as the argument above says: never guess
             tail = enc.ids[1:]
             ids.extend(tail)
             for s, e in enc.offsets[1:]:
@@ -110,11 +137,11 @@ class PrefixCache:
         with self._lock:
             self.hits += 1
             self.reused_tokens += count
-            self._keep(_Entry(text, ids, offsets, cuts, counts))
+            self._keep(_Entry(text, ids, offsets, cuts, counts, part))
         return Encoded(ids.tolist(), offsets)
 
     # ---- internals ---------------------------------------------------------------------------
-    def _whole(self, text: str, *, keep: bool) -> Encoded:
+    def _whole(self, text: str, *, keep: bool, part: str = "") -> Encoded:
         enc = self._hf.encode_batch([text], add_special_tokens=False)[0]
         ids = enc.ids
         if not keep or len(ids) < MIN_TOKENS:
@@ -127,7 +154,7 @@ class PrefixCache:
         counts: list[int] = []
         self._add_cuts(text, ids, enc.offsets, 0, 0, cuts, counts)
         with self._lock:
-            self._keep(_Entry(text, array("I", ids), flat, cuts, counts))
+            self._keep(_Entry(text, array("I", ids), flat, cuts, counts, part))
         return Encoded(ids, flat)
 
     def _add_cuts(self, text: str, ids: Sequence[int], offsets: Sequence[tuple[int, int]], shift: int,
@@ -145,11 +172,11 @@ class PrefixCache:
                     cuts.append(e)
                     counts.append(base + k + 1)
 
-    def _longest(self, text: str) -> tuple[_Entry, int] | None:
-        """(entry, index of its cut) reaching furthest into `text`, or None."""
+    def _longest(self, text: str, part: str) -> tuple[_Entry, int] | None:
+        """(entry of partition `part`, index of its cut) reaching furthest into `text`, or None."""
         best: tuple[_Entry, int] | None = None
         best_cut = 0
-        for entry in self._buckets.get(text[:_BUCKET_CHARS], ()):
+        for entry in self._buckets.get((part, text[:_BUCKET_CHARS]), ()):
             if not entry.cuts or entry.cuts[-1] <= best_cut:
                 continue
             shared = _common_prefix(text, entry.text, entry.cuts[-1])
@@ -157,22 +184,24 @@ class PrefixCache:
             if i >= 0 and entry.cuts[i] > best_cut:
                 best, best_cut = (entry, i), entry.cuts[i]
         if best is not None:
-            self._entries.move_to_end(best[0].text)
+            self._entries.move_to_end(best[0].key)
         return best
 
     def _keep(self, entry: _Entry) -> None:
-        old = self._entries.pop(entry.text, None)
+        old = self._entries.pop(entry.key, None)
         if old is not None:
             self._drop(old)
-        bucket = self._buckets.setdefault(entry.text[:_BUCKET_CHARS], [])
+        bucket = self._buckets.setdefault(entry.bucket, [])
         # an entry whose text the new one extends is redundant: the new one's cuts hold its cuts
         for other in [e for e in bucket if entry.text.startswith(e.text)]:
-            del self._entries[other.text]
+            del self._entries[other.key]
             self._drop(other)
         if len(entry.ids) > self.max_tokens:
+            if not bucket:
+                self._buckets.pop(entry.bucket, None)
             return
         bucket.append(entry)
-        self._entries[entry.text] = entry
+        self._entries[entry.key] = entry
         self._tokens += len(entry.ids)
         while len(self._entries) > self.max_entries or self._tokens > self.max_tokens:
             _, oldest = self._entries.popitem(last=False)
@@ -180,7 +209,7 @@ class PrefixCache:
 
     def _drop(self, entry: _Entry) -> None:
         self._tokens -= len(entry.ids)
-        key = entry.text[:_BUCKET_CHARS]
+        key = entry.bucket
         bucket = self._buckets.get(key, [])
         bucket[:] = [e for e in bucket if e is not entry]
         if not bucket:

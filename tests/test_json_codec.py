@@ -51,6 +51,16 @@ def test_the_fallback_is_the_standard_library():
         std.loads(b'{"x": ')
 
 
+@pytest.mark.parametrize("codec", [fast, std], ids=["orjson", "stdlib"])
+def test_raw_json_is_spliced_as_it_is(codec):
+    raw = codec.Raw(b'[{"token":"a","logprob":-0.5}]')
+    value = {"logprobs": raw, "text": "\x00raw0\x00", "nested": [codec.Raw(b"{}"), 2**70]}
+    out = codec.dumps(value)
+    assert json.loads(out) == {"logprobs": [{"token": "a", "logprob": -0.5}], "text": "\x00raw0\x00",
+                               "nested": [{}, 2**70]}
+    assert out == std.dumps({**value, "logprobs": std.Raw(raw.data), "nested": [std.Raw(b"{}"), 2**70]})
+
+
 @pytest.mark.skipif(fast.orjson is None, reason="orjson is not installed (the server extra brings it)")
 @settings(max_examples=300, deadline=None)
 @given(value=values)

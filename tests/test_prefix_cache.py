@@ -111,6 +111,20 @@ def test_an_extended_prompt_replaces_the_one_it_extends():
     assert len(cache._entries) == 1 and cache.hits == 1
 
 
+def test_a_partition_reuses_only_its_own_prefixes():
+    tok = tokenizer("qwen3")
+    cache = PrefixCache(tok.hf)
+    turn = f"<|im_start|>system\n{FILLER}<|im_end|>\n<|im_start|>user\n"
+    with prefix_cache.partition("alice"):
+        first = cache.encode(turn + "hello")
+    with prefix_cache.partition("bob"):
+        assert cache.encode(turn + "hello").ids == first.ids and cache.hits == 0
+    with prefix_cache.partition("alice"):
+        assert cache.encode(turn + "again").ids == tok.hf.encode(turn + "again", add_special_tokens=False).ids
+    assert cache.hits == 1
+    assert cache.encode(turn + "x").ids and cache.hits == 1  # outside a block: partition "", its own
+
+
 @contextlib.contextmanager
 def _no_cache():
     prefix_cache.configure(max_entries=0)

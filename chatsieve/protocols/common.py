@@ -24,6 +24,7 @@ Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
 - ``response_format`` ``json_object`` / ``json_schema``: the engine constrains the reply to JSON
   (to the schema); not with tool_choice ``required`` or named, where the call grammar wins.
 - ``parallel_tool_calls: false``: only the first returned call is kept; later ones are dropped.
+  ``max_tool_calls: N`` (Responses) likewise keeps the first N calls.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class ChatRequest:
     tools: list[dict] | None = None
     tool_choice: ToolChoice = ToolChoice("auto")
     parallel_tool_calls: bool = True
+    max_tool_calls: int | None = None  # calls returned at most (Responses); later ones are dropped
     max_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -161,7 +163,8 @@ class ChatRequest:
     def tool_call_filter(self) -> ToolCallFilter:
         """Calls may name only the functions the prompt offered (see the module docstring)."""
         allowed = frozenset(n for n in map(tool_name, self.prompt_tools or ()) if n)
-        return ToolCallFilter(allowed=allowed, max_calls=None if self.parallel_tool_calls else 1)
+        limits = [n for n in (None if self.parallel_tool_calls else 1, self.max_tool_calls) if n is not None]
+        return ToolCallFilter(allowed=allowed, max_calls=min(limits) if limits else None)
 
 def check_json_depth(value: Any, limit: int) -> None:
     """RequestError when objects and arrays nest deeper than `limit` (checked without recursion)."""
@@ -348,7 +351,9 @@ class ToolCallFilter:
                 return "no tools were offered (no tools, or tool_choice 'none')"
             return "the function was not offered (not in tools, or not the tool_choice function)"
         if self.max_calls is not None and self.kept >= self.max_calls:
-            return "parallel_tool_calls is false; only the first call is kept"
+            if self.max_calls == 1:
+                return "only the first call is kept (parallel_tool_calls false, or max_tool_calls 1)"
+            return f"only the first {self.max_calls} calls are kept (max_tool_calls)"
         return None
 
 
@@ -416,11 +421,22 @@ def _runs(events: Iterable[Event]) -> Iterator[tuple[Any, Any, list[TokenLogprob
 
 # names the hosted tools a request offered that the open model cannot run (left out of the prompt)
 LEFT_OUT_HEADER = "x-chatsieve-tools-left-out"
+# printable ASCII kept as it is in a header value; the rest (space, '"', '%', ',', '\\', control
+# and non-ASCII characters) percent-encoded as UTF-8
+_HEADER_SAFE = "!#$&'()*+-./:;<=>?@[]^_`{|}~"
+
+
+def header_value(names: Sequence[str]) -> str:
+    """Request-controlled names as one HTTP header value: each percent-encoded (RFC 3986, UTF-8;
+    `urllib.parse.unquote` reads it back), joined by ", "."""
+    from urllib.parse import quote
+
+    return ", ".join(quote(n, safe=_HEADER_SAFE) for n in names)
 
 
 def left_out_headers(names: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """The response header naming the tools left out of the prompt, or none."""
-    return ((LEFT_OUT_HEADER, ", ".join(names)),) if names else ()
+    """The response header naming the tools left out of the prompt (percent-encoded), or none."""
+    return ((LEFT_OUT_HEADER, header_value(names)),) if names else ()
 
 
 @dataclass(frozen=True)
@@ -430,6 +446,8 @@ class ParsedRequest:
 
     chat: ChatRequest
     headers: tuple[tuple[str, str], ...] = ()
+    # called once the prompt is prepared, or the request refused (what only parsing needed goes)
+    after_prepare: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -464,7 +482,10 @@ class StreamEncoder(Protocol):
     def encode(self, events: Iterable[Event]) -> bytes: ...
 
     def finish(self, outcome: Outcome) -> bytes:
-        """Everything after the last event, up to the end of the stream."""
+        """Everything after the last event, up to the end of the stream. An encoder may offer
+        `finish_parts(outcome)` too, an iterator of the same bytes in parts: the runner then asks
+        for each part in a worker thread (making it may block: Responses stores the response) and
+        writes it before asking for the next."""
         ...
 
     def error(self, e: RequestError) -> bytes:
@@ -481,7 +502,10 @@ class Collector(Protocol):
 
     def apply(self, events: Iterable[Event]) -> None: ...
 
-    def body(self, outcome: Outcome) -> Mapping[str, Any]: ...
+    def body(self, outcome: Outcome) -> Mapping[str, Any] | bytes:
+        """The body: a JSON value, or its encoding. A collector whose `blocking` attribute is
+        true is asked for it in a worker thread."""
+        ...
 
 
 class ClientProtocol(Protocol):

@@ -18,6 +18,8 @@ What a request becomes (decisions where the API leaves room):
   and is left out -- named in the ``x-chatsieve-tools-left-out`` response header and the server log.
 - ``tool_choice`` / ``parallel_tool_calls`` / ``text.format`` take the chat-completions machinery
   (engine-enforced, see protocols/openai_chat.py); ``allowed_tools`` narrows the offered tools.
+  ``max_tool_calls: N`` returns the first N calls the model makes; later ones are dropped (named
+  in the server log), as ``parallel_tool_calls: false`` drops all but the first. It is echoed.
 - ``reasoning.effort`` ``none`` / ``minimal`` turns thinking off; for families that cannot (their
   template takes an effort instead, gpt-oss) it becomes that template's lowest effort, ``low``.
   ``low`` .. ``xhigh`` turn thinking on (and reach templates that take an effort); without an
@@ -33,11 +35,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chatsieve._json import dumps
+from chatsieve._json import Raw, dumps, loads
 from chatsieve.events import (
     ContentDelta,
     Event,
@@ -49,6 +51,7 @@ from chatsieve.events import (
 )
 from chatsieve.messages import MessageError, normalize_messages
 from chatsieve.protocols.common import (
+    MAX_TOKENS_CEILING,
     ChatRequest,
     Fields,
     Outcome,
@@ -124,6 +127,7 @@ class ResponsesRequest:
     tool_choice: ToolChoice = ToolChoice("auto")
     tool_choice_echo: Any = "auto"
     parallel_tool_calls: bool = True
+    max_tool_calls: int | None = None  # calls returned at most; later ones are dropped
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -167,6 +171,7 @@ class ResponsesRequest:
             tools=self.offered or None,
             tool_choice=self.tool_choice,
             parallel_tool_calls=self.parallel_tool_calls,
+            max_tool_calls=self.max_tool_calls,
             max_tokens=self.max_output_tokens,
             temperature=self.temperature,
             top_p=self.top_p,
@@ -190,7 +195,7 @@ class ResponsesRequest:
             "incomplete_details": None,
             "instructions": self.instructions,
             "max_output_tokens": self.max_output_tokens,
-            "max_tool_calls": None,
+            "max_tool_calls": self.max_tool_calls,
             "model": model,
             "output": [],
             "parallel_tool_calls": self.parallel_tool_calls,
@@ -286,7 +291,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
     if include is not None and not (isinstance(include, list) and all(isinstance(s, str) for s in include)):
         raise RequestError("'include' must be an array of strings", param="include")
     top_logprobs = get.integer("top_logprobs", minimum=0, maximum=20) or 0
-    get.integer("max_tool_calls", minimum=1)
+    max_tool_calls = get.integer("max_tool_calls", minimum=1, maximum=MAX_TOKENS_CEILING)
 
     parallel = get.boolean("parallel_tool_calls")
     store = get.boolean("store")
@@ -304,6 +309,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
         tool_choice=tool_choice,
         tool_choice_echo=body.get("tool_choice") or "auto",
         parallel_tool_calls=True if parallel is None else parallel,
+        max_tool_calls=max_tool_calls,
         max_output_tokens=max_output_tokens,
         temperature=get.number("temperature", minimum=0.0, maximum=2.0),
         top_p=get.number("top_p", minimum=0.0, maximum=1.0),
@@ -707,7 +713,17 @@ class _Item:
         self.parts: list[str] = []
         self.call_id = call_id
         self.name = name
-        self.logprobs: list[dict] = []  # a message's token logprob entries, when asked for
+        # a message's token logprob entries, when asked for: their JSON, comma-separated, as they
+        # were sent (a long answer's entries as Python objects would be many times their size)
+        self.logprobs = bytearray()
+
+    def logprobs_json(self) -> Raw | list:
+        """The entries as one JSON array (spliced into the closing events as it is); [] for none."""
+        return Raw(b"[" + self.logprobs + b"]") if self.logprobs else []
+
+
+def _sse(kind: str, payload: dict) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + dumps(payload) + b"\n\n"
 
 
 class ResponseStream:
@@ -717,6 +733,8 @@ class ResponseStream:
     change of kind closes the open item. `encode(events)` gives the SSE bytes of the deltas (an
     ``event:`` line and the JSON with its ``sequence_number``); with ``emit=False`` only the items
     are built (non-streaming). `output` is the finished items so far; `finish` closes the rest.
+    `response` is then the response object, its logprobs as encoded JSON (`_json.Raw`: `dumps`
+    writes it); `final` the same decoded.
     """
 
     def __init__(
@@ -740,15 +758,24 @@ class ResponseStream:
         self._open: _Item | None = None
         self._calls: dict[int, _Item] = {}  # parser call index -> its open item
         self._buf: list[bytes] = []
+        self._later: list[tuple[str, dict]] | None = None  # events kept unencoded (finish_parts)
         self._index: dict[str, int] = {}  # item id -> output_index
-        self.final: dict | None = None
+        self.response: dict | None = None
+
+    @property
+    def final(self) -> dict | None:
+        """The response object as plain JSON values (its logprobs decoded)."""
+        return None if self.response is None else loads(dumps(self.response))
 
     # -- the wire
 
     def _event(self, kind: str, fields: dict) -> None:
         if self.emit:
             payload = {"type": kind, "sequence_number": self.seq, **fields}
-            self._buf.append(b"event: " + kind.encode() + b"\ndata: " + dumps(payload) + b"\n\n")
+            if self._later is not None:
+                self._later.append((kind, payload))
+            else:
+                self._buf.append(_sse(kind, payload))
         self.seq += 1
 
     def _take(self) -> bytes:
@@ -816,9 +843,10 @@ class ResponseStream:
             return
         entries = b"[]"
         if lps:
-            got = logprob_entries(lps, self.top_logprobs, self.token_bytes)
-            item.logprobs += got
-            entries = dumps(got)
+            entries = dumps(logprob_entries(lps, self.top_logprobs, self.token_bytes))
+            if item.logprobs:
+                item.logprobs += b","
+            item.logprobs += memoryview(entries)[1:-1]
             lps.clear()
         if self.emit:
             text = dumps(run[0] if len(run) == 1 else "".join(run))
@@ -891,8 +919,10 @@ class ResponseStream:
         text = "".join(item.parts)
         where = {"item_id": item.id, "output_index": item.index, "content_index": 0}
         if item.kind == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": item.logprobs}
-            self._event("response.output_text.done", {**where, "text": text, "logprobs": item.logprobs})
+            logprobs = item.logprobs_json()
+            item.logprobs = bytearray()
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
+            self._event("response.output_text.done", {**where, "text": text, "logprobs": logprobs})
             done = {
                 "id": item.id,
                 "type": "message",
@@ -958,18 +988,40 @@ class ResponseStream:
 
     def finish(self, *, usage: dict, incomplete_reason: str | None = None) -> bytes:
         """Close the open items, then ``response.completed`` (or ``response.incomplete``)."""
-        self.close_items(cut=incomplete_reason is not None)
-        status = "incomplete" if incomplete_reason else "completed"
-        self.final = response_object(
-            self.skeleton, self.output, status=status, usage=usage, incomplete_reason=incomplete_reason
-        )
-        self._event(f"response.{status}", {"response": self.final})
-        return self._take()
+        return b"".join(self.finish_parts(usage=usage, incomplete_reason=incomplete_reason))
+
+    def finish_parts(
+        self, *, usage: dict, incomplete_reason: str | None = None, stored: Callable[[dict], None] | None = None
+    ) -> Iterator[bytes]:
+        """`finish`'s bytes an event at a time, each encoded when asked for: a long answer's
+        logprob entries are in four of them, which need not all exist at once. `stored(response)`
+        is called before the last event (the one that tells a client the response is done)."""
+        if self._buf:
+            yield self._take()
+        self._later = []
+        try:
+            self.close_items(cut=incomplete_reason is not None)
+            status = "incomplete" if incomplete_reason else "completed"
+            self.response = response_object(
+                self.skeleton, self.output, status=status, usage=usage, incomplete_reason=incomplete_reason
+            )
+            self._event(f"response.{status}", {"response": self.response})
+            later, self._later = self._later, None
+        finally:
+            self._later = None
+        while later:
+            kind, payload = later.pop(0)
+            if not later and stored is not None:
+                stored(self.response)
+            data = _sse(kind, payload)
+            del payload
+            yield data
+            del data
 
     def fail(self, message: str, *, code: str = "server_error", usage: dict | None = None) -> bytes:
         """An ``error`` event, then ``response.failed`` with the items finished so far."""
         self._event("error", {"code": code, "message": message, "param": None})
-        self.final = response_object(
+        self.response = response_object(
             # the response's error.code is one of OpenAI's fixed set: ours goes in the error event
             self.skeleton,
             self.output,
@@ -977,7 +1029,7 @@ class ResponseStream:
             usage=usage,
             error={"code": "server_error", "message": message},
         )
-        self._event("response.failed", {"response": self.final})
+        self._event("response.failed", {"response": self.response})
         return self._take()
 
 
@@ -1033,7 +1085,13 @@ class ResponsesParsed(ParsedRequest):
 
 
 class _Outcomes:
-    """Shared by the encoder and the collector: the response's skeleton and its ending."""
+    """Shared by the encoder and the collector: the response's skeleton and its ending.
+
+    Closing a response stores it (`keep`) and counts its reasoning tokens, so closing blocks: the
+    runner asks for the encoder's `finish_parts` and the collector's `body` (`blocking`) in a
+    worker thread."""
+
+    blocking = True
 
     def __init__(self, parsed: ResponsesParsed, info: ResponseInfo, emit: bool) -> None:
         assert parsed.request is not None
@@ -1048,7 +1106,8 @@ class _Outcomes:
             token_bytes=info.token_bytes,
         )
 
-    def _close(self, outcome: Outcome) -> bytes:
+    def _ending(self, outcome: Outcome) -> tuple[dict, str | None]:
+        """(usage, incomplete reason) of the finished response."""
         reasoning = "".join(
             p["text"] for item in self.out.output if item["type"] == "reasoning" for p in item["content"]
         )
@@ -1057,13 +1116,7 @@ class _Outcomes:
         # before the first content or call) takes in the batch the content began in
         spent = count(reasoning) if reasoning and count else outcome.reasoning_tokens
         cut = outcome.finish_reason == "length"
-        data = self.out.finish(
-            usage=usage(outcome.prompt_tokens, outcome.completion_tokens, spent),
-            incomplete_reason="max_output_tokens" if cut else None,
-        )
-        if self.parsed.keep is not None and self.out.final is not None:
-            self.parsed.keep(self.out.final)  # before the client can learn the id is finished
-        return data
+        return usage(outcome.prompt_tokens, outcome.completion_tokens, spent), "max_output_tokens" if cut else None
 
 
 class ResponsesEncoder(_Outcomes):
@@ -1079,7 +1132,13 @@ class ResponsesEncoder(_Outcomes):
         return self.out.encode(events)
 
     def finish(self, outcome: Outcome) -> bytes:
-        return self._close(outcome)
+        return b"".join(self.finish_parts(outcome))
+
+    def finish_parts(self, outcome: Outcome) -> Iterator[bytes]:
+        """The closing events one at a time, each encoded when asked for; the response is stored
+        (`keep`) before the last, which tells the client it is done."""
+        usage_, reason = self._ending(outcome)
+        yield from self.out.finish_parts(usage=usage_, incomplete_reason=reason, stored=self.parsed.keep)
 
     def error(self, e: RequestError) -> bytes:
         return self.out.fail(e.message, code=e.code or "server_error")
@@ -1097,10 +1156,14 @@ class ResponsesCollector(_Outcomes):
     def apply(self, events: Iterable[Event]) -> None:
         self.out.encode(events)
 
-    def body(self, outcome: Outcome) -> dict:
-        self._close(outcome)
-        assert self.out.final is not None
-        return self.out.final
+    def body(self, outcome: Outcome) -> bytes:
+        """The response object's JSON (stored first, with `keep`)."""
+        usage_, reason = self._ending(outcome)
+        self.out.finish(usage=usage_, incomplete_reason=reason)
+        assert self.out.response is not None
+        if self.parsed.keep is not None:
+            self.parsed.keep(self.out.response)
+        return dumps(self.out.response)
 
 
 class OpenAIResponses:

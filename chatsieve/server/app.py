@@ -12,11 +12,14 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import json
 import logging
 import os
+import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from chatsieve import StreamParser, formats, load_tokenizer, render_prompt
+from chatsieve import StreamParser, formats, load_tokenizer, prefix_cache, render_prompt
 from chatsieve.call_list import CallListParser
 from chatsieve.detect import FormatNotFound
 from chatsieve.events import ContentDelta, Event, ToolCallStart
@@ -69,7 +72,13 @@ from chatsieve.server.client import EngineHTTP
 from chatsieve.server.metrics import Metrics, MetricsMiddleware, observe_refusal
 from chatsieve.server.model_check import check_engine_kind, check_model, engine_model_path
 from chatsieve.server.pool import ReplicaPool
-from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, SecurityPolicy
+from chatsieve.server.security import (
+    REQUEST_ID_KEY,
+    SecurityMiddleware,
+    SecurityPolicy,
+    caller_of,
+    log_safe,
+)
 
 log = logging.getLogger("chatsieve.server")
 
@@ -96,6 +105,11 @@ class ServerConfig:
     response_store: str = ":memory:"
     response_store_max: int = 10_000  # responses kept, the oldest evicted first
     response_store_max_age: float = 30 * 24 * 3600.0  # seconds a stored response is kept
+    response_store_max_bytes: int = 1 << 30  # the stored rows' JSON, the oldest evicted first
+    # what a continuation (previous_response_id) may load: items, and bytes (None: max_body_bytes,
+    # what one request could send instead)
+    response_chain_max_items: int = 10_000
+    response_chain_max_bytes: int | None = None
     max_concurrent_prompts: int = 8  # prompts prepared at once (render, isolate, tokenize, grammar)
     prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
     chat_template: Path | None = None  # --chat-template: replaces the model directory's template
@@ -148,6 +162,13 @@ class ServerConfig:
 
 
 # Where model directories state their context length (config.json; text_config for multimodal).
+# A body this large is decoded and parsed in a worker thread, not on the event loop.
+OFF_LOOP_BYTES = 32 * 1024
+# Bodies this large are parsed and prepared at most BIG_BODIES_AT_ONCE at a time (the others wait
+# their turn, holding no thread): every busy worker thread takes the GIL from the event loop, and
+# /health waited 0.4-0.65 s with five 4 MB bodies of small parts at once, 0.2-0.4 s with two.
+BIG_BODY_BYTES = 1 << 20
+BIG_BODIES_AT_ONCE = 2
 # A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
 # the renderings, encodings and copies it used are many times the request's size.
 TRIM_AFTER_TOKENS = 50_000
@@ -165,11 +186,90 @@ def _libc() -> Any:
         return None
 
 
+_gc_lock = threading.Lock()
+_gc_holds = 0  # large requests being parsed and prepared now
+_gc_was_enabled = False
+_gc_off_since = 0.0
+MAX_GC_OFF = 60.0  # seconds: under steady large traffic, cyclic collection runs again past this
+
+
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """No cyclic garbage collection while a large request is parsed and prepared (for at most
+    MAX_GC_OFF seconds at a time, however many overlap). Its body becomes hundreds of thousands of
+    short-lived dicts and lists, which reference counting frees; every full collection meanwhile
+    walks all of them with the GIL held (0.1-0.85 s each, measured with 4 MB bodies on two busy
+    cores), and /health waited that long."""
+    global _gc_holds, _gc_was_enabled, _gc_off_since
+    with _gc_lock:
+        _gc_holds += 1
+        if _gc_holds == 1:
+            _gc_was_enabled, _gc_off_since = gc.isenabled(), time.monotonic()
+            gc.disable()
+        elif _gc_was_enabled and time.monotonic() - _gc_off_since > MAX_GC_OFF:
+            gc.enable()
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_holds -= 1
+            if _gc_holds == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+async def _refusable(work: Callable[..., Any], *args: Any) -> Any:
+    """`work(*args)` in a worker thread; a RequestError it raises is raised here without the
+    worker's frames. Raised across the thread, it would be held in a reference cycle (its traceback
+    holds the awaiting frame, which holds the future, which holds it) with every frame it passed
+    and their locals (a request's whole body, its messages) until the cyclic collector found it,
+    which walks all of that with the GIL held."""
+
+    def call() -> tuple[Any, RequestError | None]:
+        try:
+            return work(*args), None
+        except RequestError as e:
+            e.__traceback__ = e.__context__ = e.__cause__ = None
+            return None, e
+
+    result, error = await run_in_threadpool(call)
+    if error is not None:
+        try:
+            raise error
+        finally:
+            error = None  # this frame, in the traceback, must not hold it too
+    return result
+
+
+def _in_partition(partition: str, work: Callable[..., Any], *args: Any) -> Any:
+    with prefix_cache.partition(partition):
+        return work(*args)
+
+
 def _trim_heap() -> None:
     """glibc's malloc_trim: free heap pages back to the system (a no-op elsewhere)."""
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
+
+
+# How often a thread holding the GIL is asked to let another run (Python's default is 5 ms). The
+# event loop shares the GIL with the worker threads that parse and prepare requests; it needs it
+# back after every system call, and with several workers busy each time could cost it 5 ms or
+# more: /health took 0.5-0.9 s while five 4 MB bodies were prepared on two busy cores, 0.16-0.44 s
+# with 1 ms.
+SWITCH_INTERVAL = 0.001
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD = 128 * 1024  # glibc's default, kept fixed
+
+
+def _fix_mmap_threshold() -> None:
+    """Blocks of 128 KiB and more (a request's long strings, a loaded conversation) are mapped
+    and unmapped on their own, so freeing one gives its memory back at once. glibc otherwise
+    raises the threshold to the largest block freed, after which such blocks stay in the worker
+    threads' arenas: eight continuations of a 4 MB conversation left about 100 MB resident."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 @dataclass(frozen=True)
@@ -243,12 +343,16 @@ class ChatService:
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
         self._preparing: anyio.Semaphore | None = None
+        self.big_bodies: anyio.CapacityLimiter | None = None  # bodies over BIG_BODY_BYTES in preparation
         self.metrics = Metrics()
         self._engine_checked = False  # the start-up checks of the engine passed (check_engine)
 
 
     async def start(self) -> None:
+        _fix_mmap_threshold()
+        sys.setswitchinterval(SWITCH_INTERVAL)
         self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
+        self.big_bodies = anyio.CapacityLimiter(BIG_BODIES_AT_ONCE)
         self.client = EngineHTTP(
             max_connections=self.config.max_connections, read_timeout=self.config.timeout
         )
@@ -349,8 +453,10 @@ class ChatService:
 
     # ------------------------------------------------------------ one request
 
-    async def prepare(self, req: ChatRequest) -> Generation:
+    async def prepare(self, req: ChatRequest, partition: str = "") -> Generation:
         """Render the prompt and set up parser and backend request; RequestError on bad input.
+        `partition` (the caller's id) is the prompt cache's: a prompt reuses only prefixes that
+        prompts of the same partition left (`prefix_cache.partition`).
 
         Every route's request goes through here. The work (rendering, isolation, tokenizing, the
         grammar) runs in a worker thread, so no request holds up the event loop, and at most
@@ -371,7 +477,7 @@ class ChatService:
             )
         try:
             try:
-                gen = await run_in_threadpool(self._prepare, req)
+                gen = await _refusable(_in_partition, partition, self._prepare, req)
             except RequestError as e:
                 observe_refusal(self.metrics, e.code)
                 raise
@@ -680,6 +786,18 @@ class Generation:
 PROTOCOL_PREFIXES: tuple[tuple[str, ClientProtocol], ...] = (("/v1/messages", ANTHROPIC),)
 
 
+def parse_body(raw: bytes, parse: Callable[[Any, RequestLimits], ParsedRequest],
+               limits: RequestLimits) -> ParsedRequest:
+    """A request body decoded and parsed; RequestError for invalid or too deeply nested JSON."""
+    try:
+        body = json.loads(raw)
+    except ValueError as e:
+        raise RequestError(f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise RequestError(json_depth_message(limits.max_json_depth), code="too_deeply_nested") from None
+    return parse(body, limits)
+
+
 def protocol_for_path(path: str) -> ClientProtocol:
     """The protocol whose error shape a response on `path` takes (OpenAI's by default)."""
     for prefix, protocol in PROTOCOL_PREFIXES:
@@ -796,49 +914,78 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     """The app for `config`; `tokenizer` (a chatsieve Tokenizer) skips loading from model_dir."""
     service = ChatService(config, tokenizer)
     from chatsieve.server.response_store import ResponseStore
-    from chatsieve.server.responses_api import responses_routes
+    from chatsieve.server.responses_api import ChainBounds, responses_routes
 
     store = ResponseStore(
-        config.response_store, max_responses=config.response_store_max, max_age=config.response_store_max_age
+        config.response_store, max_responses=config.response_store_max, max_age=config.response_store_max_age,
+        max_bytes=config.response_store_max_bytes,
     )
+    chain_bounds = ChainBounds(config.response_chain_max_items,
+                               config.response_chain_max_bytes or config.security.max_body_bytes,
+                               wait=config.prompt_queue_timeout)
 
     async def prepared(
-        request: Request, protocol: ClientProtocol, parse: Callable[[Any, RequestLimits], ParsedRequest]
+        request: Request, protocol: ClientProtocol, parse: Callable[[Any, RequestLimits], ParsedRequest],
+        blocking: bool = False,
     ) -> tuple[ParsedRequest, Generation] | Response:
         """The request parsed by `parse`, its model checked and its generation prepared; or the
-        error response, in the protocol's shape."""
-        rid = request.scope.get(REQUEST_ID_KEY, "")
+        error response, in the protocol's shape. A body over OFF_LOOP_BYTES, or any body when
+        `parse` blocks (it reads the response store), is decoded and parsed in a worker thread,
+        and a large one without cyclic garbage collection meanwhile (`_no_cycle_collection`);
+        bodies over BIG_BODY_BYTES take turns (`ChatService.big_bodies`).
+        The parsed request comes back without its messages (they were for the prompt, and are not
+        held while the answer is generated: a large one is let go of in a worker thread); its
+        `after_prepare` then runs in a worker thread, even if the request was cancelled."""
         raw = await request.body()
+        large = len(raw) > OFF_LOOP_BYTES
+        big = len(raw) > BIG_BODY_BYTES and service.big_bodies is not None
+        held: list[ParsedRequest] = []
+        async with service.big_bodies if big else contextlib.nullcontext():
+            with _no_cycle_collection() if large else contextlib.nullcontext():
+                try:
+                    return await _prepared(request, protocol, parse, blocking or large, raw, held)
+                finally:
+                    after = held[0].after_prepare if held else None
+                    with anyio.CancelScope(shield=True):
+                        if large:  # gone before collection resumes, and not on the event loop
+                            await run_in_threadpool(held.clear)
+                        held.clear()
+                        if after is not None:
+                            await run_in_threadpool(after)
+
+    async def _prepared(
+        request: Request, protocol: ClientProtocol, parse: Callable[[Any, RequestLimits], ParsedRequest],
+        off_loop: bool, raw: bytes, held: list[ParsedRequest],
+    ) -> tuple[ParsedRequest, Generation] | Response:
+        rid = request.scope.get(REQUEST_ID_KEY, "")
         try:
-            body = json.loads(raw)
-        except ValueError as e:
-            return error_response(protocol, RequestError(f"the request body is not valid JSON: {e}"))
-        except RecursionError:
-            message = json_depth_message(service.limits.max_json_depth)
-            log.info("%s refused: %s", rid, message)
-            return error_response(protocol, RequestError(message, code="too_deeply_nested"))
-        try:
-            parsed = parse(body, service.limits)
+            if off_loop:
+                parsed = await _refusable(parse_body, raw, parse, service.limits)
+            else:
+                parsed = parse_body(raw, parse, service.limits)
+            held.append(parsed)
             service.check_model(parsed.chat.model)
-            gen = await service.prepare(parsed.chat)
+            gen = await service.prepare(parsed.chat, caller_of(request.scope).id)
             gen.request_id = rid
         except RequestError as e:
             if e.code == "too_deeply_nested":
-                log.info("%s refused: %s", rid, e.message)
+                log.info("%s refused: %s", rid, log_safe(e.message))
             return error_response(protocol, e)
         except Exception:
             log.exception("%s failed to prepare the request", rid)
             return error_response(protocol, internal_error("preparing the request", rid))
-        return parsed, gen
+        return dataclasses.replace(parsed, chat=dataclasses.replace(parsed.chat, messages=[])), gen
 
     async def run(
         request: Request,
         protocol: ClientProtocol,
         parse: Callable[[Any, RequestLimits], ParsedRequest] | None = None,
+        blocking: bool = False,
     ) -> Response:
         """One generation request of any protocol: streamed or whole, cancelled on disconnect;
-        `parse` replaces `protocol.parse` for a request that needs more than its body."""
-        got = await prepared(request, protocol, parse or protocol.parse)
+        `parse` replaces `protocol.parse` for a request that needs more than its body (`blocking`:
+        it does I/O, and runs in a worker thread)."""
+        got = await prepared(request, protocol, parse or protocol.parse, blocking)
         if isinstance(got, Response):
             return got
         parsed, gen = got
@@ -849,7 +996,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         )
         headers = dict(parsed.headers)
         if headers:
-            log.info("%s %s", gen.request_id, ", ".join(f"{k}: {v}" for k, v in headers.items()))
+            log.info("%s %s", gen.request_id, log_safe(", ".join(f"{k}: {v}" for k, v in headers.items()), 2000))
         if parsed.chat.stream:
             encoder = protocol.encoder(parsed, info)
             return EventStreamResponse(
@@ -914,7 +1061,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
 
     async def server_error(request: Request, exc: Exception) -> Response:
         rid = request.scope.get(REQUEST_ID_KEY, "")
-        log.error("%s unexpected %s: %s", rid, type(exc).__name__, exc)
+        log.error("%s unexpected %s: %s", rid, type(exc).__name__, log_safe(str(exc)))
         return error_response(protocol_for_path(request.url.path), internal_error("", rid))
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -937,7 +1084,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/v1/messages", messages, methods=["POST"]),
             Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-            *responses_routes(service, store, run),
+            *responses_routes(service, store, run, chain_bounds),
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/models/{model:path}", model, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
@@ -975,9 +1122,11 @@ def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
 
 def app_from_environ() -> Starlette:
     """The app for the configuration `chatsieve serve --workers N` put in the environment."""
-    from chatsieve.server import CONFIG_ENV
+    from chatsieve.server import CONFIG_ENV, _freeze_startup_objects
 
-    return create_app(ServerConfig.from_json(os.environ[CONFIG_ENV]))
+    app = create_app(ServerConfig.from_json(os.environ[CONFIG_ENV]))
+    _freeze_startup_objects()
+    return app
 
 
 async def _complete(
@@ -986,13 +1135,19 @@ async def _complete(
     try:
         async for events in gen.events():
             collector.apply(events)
+        if getattr(collector, "blocking", False):  # it stores the response
+            body = await run_in_threadpool(collector.body, gen.outcome)
+        else:
+            body = collector.body(gen.outcome)
     except BackendError as e:
-        log.warning("%s backend failed: %s", gen.request_id, e)
+        log.warning("%s backend failed: %s", gen.request_id, log_safe(str(e)))
         return error_response(protocol, backend_failure(e, gen.request_id))
     except Exception:
         log.exception("%s generation failed", gen.request_id)
         return error_response(protocol, internal_error("during generation", gen.request_id))
-    return JSONResponse(collector.body(gen.outcome), headers=headers)
+    if isinstance(body, bytes):
+        return Response(body, media_type="application/json", headers=headers)
+    return JSONResponse(body, headers=headers)
 
 
 class _Pending:
@@ -1080,7 +1235,7 @@ async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder, o
             async for batch in events:
                 deliver(batch)
     except BackendError as e:
-        log.warning("%s backend failed mid-stream: %s", gen.request_id, e)
+        log.warning("%s backend failed mid-stream: %s", gen.request_id, log_safe(str(e)))
         pending.close(encoder.error(backend_failure(e, gen.request_id)))
     except Exception:
         log.exception("%s generation failed mid-stream", gen.request_id)
@@ -1130,6 +1285,17 @@ async def _stream(gen: Generation, encoder: StreamEncoder, ping_interval: float 
                     events += more
                 data = encoder.encode(events) if events else b""
                 if end is not None:
+                    parts = getattr(encoder, "finish_parts", None)
+                    if not end and parts is not None:
+                        # the closing events one at a time, each made (and the response stored)
+                        # in a worker thread and written before the next is made
+                        if data:
+                            await out.write(data)
+                        closing = parts(gen.outcome)
+                        while (part := await run_in_threadpool(next, closing, None)) is not None:
+                            await out.write(part)
+                            del part  # not held while the next is made
+                        break
                     await out.write(data + (end or encoder.finish(gen.outcome)))
                     break
                 if data:

@@ -1,8 +1,10 @@
 """Access control for `chatsieve serve`: an ASGI middleware in front of the app.
 
 Per request, in order: a request id (`X-Request-Id`), the `Host` allow-list (DNS rebinding),
-the API key (constant-time, every route but the open ones), `application/json` for bodies
-(CSRF from browsers), and the body size and read time (read here, replayed to the app).
+who is calling (`identify`: the API key in either header; constant-time, every route but the open
+ones), `application/json` for bodies (CSRF from browsers), and the body size and read time (read
+here, replayed to the app). The caller is handed to the app in the scope (`caller_of`): the
+response store's owner, the prompt cache's partition and the access log all take it from there.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -27,6 +29,86 @@ access_log = logging.getLogger("chatsieve.access")
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 REQUEST_ID_KEY = "chatsieve.request_id"
+CALLER_KEY = "chatsieve.caller"
+# what a key is hashed with for the caller's id (the response store's owner column, which it
+# predates: rows stored by earlier versions keep their owner)
+_CALLER_SALT = b"chatsieve-response-store\x00"
+
+
+def key_id(api_key: str | None) -> str:
+    """A caller's id: a salted SHA-256 of its API key ("" for none), never the key itself."""
+    if not api_key:
+        return ""
+    return hashlib.sha256(_CALLER_SALT + api_key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the API key the request was let in with (on a server without keys, the one
+    it presented, if any). `id` is what the response store, the prompt cache and the log know it
+    by; the key itself is never stored or logged."""
+
+    key: str | None = field(default=None, repr=False)  # never in a log line, even by accident
+
+    @property
+    def id(self) -> str:
+        return key_id(self.key)
+
+    @property
+    def label(self) -> str:
+        """The caller in a log line: `key:` and the id's first 12 hex digits, or `-`."""
+        return f"key:{self.id[:12]}" if self.key else "-"
+
+
+ANONYMOUS = Caller()
+TWO_KEYS = "two different API keys"
+
+
+def _presented(authorization: bytes | None, x_api_key: bytes | None) -> list[str]:
+    """The keys a request presents: `Authorization: Bearer KEY`, then `x-api-key: KEY`."""
+    out = []
+    if authorization is not None:
+        scheme, _, token = authorization.decode("latin-1").partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            out.append(token.strip())
+    if x_api_key is not None and x_api_key.strip():
+        out.append(x_api_key.decode("latin-1").strip())
+    return out
+
+
+def identify(authorization: bytes | None, x_api_key: bytes | None,
+             keys: tuple[bytes, ...] = ()) -> Caller | str:
+    """Who is calling, from the two headers that may carry an API key; or why the request is
+    refused. With `keys` (the SHA-256 digests of the server's keys), the caller is the key that
+    matched (compared in constant time, every candidate against every key); a request with no
+    matching key, or with two different matching keys, is refused. Without keys, the caller is
+    the first key presented (Bearer before x-api-key), or anonymous."""
+    candidates = _presented(authorization, x_api_key)
+    if not keys:
+        return Caller(candidates[0]) if candidates else ANONYMOUS
+    matched: list[str] = []
+    for token in candidates:
+        given = hashlib.sha256(token.encode("latin-1")).digest()
+        ok = False
+        for key in keys:  # no early exit: every key is compared
+            ok |= hmac.compare_digest(given, key)
+        if ok:
+            matched.append(token)
+    if not matched:
+        return "invalid or missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')"
+    if len(set(matched)) > 1:
+        return f"{TWO_KEYS} in one request (Authorization and x-api-key): send one"
+    return Caller(matched[0])
+
+
+def caller_of(scope: Scope) -> Caller:
+    """The caller `SecurityMiddleware` identified for this request (anonymous without it)."""
+    caller = scope.get(CALLER_KEY)
+    if isinstance(caller, Caller):
+        return caller
+    headers = _headers(scope)
+    found = identify(headers.get(b"authorization"), headers.get(b"x-api-key"))
+    return found if isinstance(found, Caller) else ANONYMOUS
 
 
 def is_loopback(host: str) -> bool:
@@ -140,8 +222,10 @@ class SecurityMiddleware:
             client = (scope.get("client") or ("-", 0))[0]
             line = f'{log_safe(scope["method"], 20)} {log_safe(scope["path"])}'
             line += redacted_query(scope.get("query_string", b""))
-            access_log.info('%s %s "%s HTTP/%s" %d %.0fms', request_id, client, line,
-                            log_safe(scope.get("http_version", ""), 8), status[0], (time.monotonic() - started) * 1000)
+            caller = scope.get(CALLER_KEY)
+            access_log.info('%s %s "%s HTTP/%s" %d %.0fms %s', request_id, client, line,
+                            log_safe(scope.get("http_version", ""), 8), status[0], (time.monotonic() - started) * 1000,
+                            caller.label if isinstance(caller, Caller) else "-")
 
     async def _checked(self, scope: Scope, receive: Receive, send_with_id: Send, request_id: str) -> None:
         headers = _headers(scope)
@@ -187,10 +271,11 @@ class SecurityMiddleware:
             if host not in self._hosts:
                 return 400, f"the Host {host!r} is not one this server answers to (--allowed-hosts)", \
                     "host_not_allowed", []
-        if self._keys and scope["path"] not in self.policy.open_paths:
-            if not self._key_ok(headers.get(b"authorization"), headers.get(b"x-api-key")):
-                return 401, "invalid or missing API key: send the header 'Authorization: Bearer <key>' " \
-                    "(or 'x-api-key: <key>')", "invalid_api_key", [(b"www-authenticate", b"Bearer")]
+        caller = identify(headers.get(b"authorization"), headers.get(b"x-api-key"), self._keys)
+        if isinstance(caller, Caller):
+            scope[CALLER_KEY] = caller
+        elif scope["path"] not in self.policy.open_paths:
+            return 401, caller, "invalid_api_key", [(b"www-authenticate", b"Bearer")]
         if scope["method"] in ("POST", "PUT", "PATCH"):
             kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if kind != b"application/json":
@@ -201,22 +286,6 @@ class SecurityMiddleware:
                 return 413, f"the request body is larger than {self.policy.max_body_bytes} bytes", \
                     "request_too_large", [(b"connection", b"close")]
         return None
-
-    def _key_ok(self, authorization: bytes | None, x_api_key: bytes | None) -> bool:
-        """A valid key in `Authorization: Bearer KEY` or in Anthropic's `x-api-key: KEY`."""
-        candidates = []
-        if authorization is not None:
-            scheme, _, token = authorization.decode("latin-1").partition(" ")
-            if scheme.lower() == "bearer":
-                candidates.append(token.strip())
-        if x_api_key is not None:
-            candidates.append(x_api_key.decode("latin-1").strip())
-        ok = False
-        for token in candidates:
-            given = hashlib.sha256(token.encode("latin-1")).digest()
-            for key in self._keys:  # no early exit: every key is compared
-                ok |= hmac.compare_digest(given, key)
-        return ok
 
 
 class _TooLarge(Exception):

@@ -37,6 +37,7 @@ class Script:
     batch: int = 1  # ids per streamed event
     fail: str | None = None  # None | "status" | "reject" | "garbage" | "truncate" | "error_event"
     delay: float = 0.0  # seconds between events (to leave room for a disconnect)
+    first_delay: float = 0.0  # seconds of silence before the first event (a long prefill)
     ignore_max_tokens: bool = False  # an engine that runs past the max_tokens it was sent
     # Honour the request's constraint as a real engine would: refuse (400) a request that carries
     # none, or whose constraint the scripted output (but its last `constraint_tail` ids, the end
@@ -66,10 +67,14 @@ class FakeEngine:
         scripts: dict[str, Script] | None = None,
         *,
         sglang_cumulative: bool = False,
+        latest: bool = False,
     ) -> None:
         self.decode = decode
         self.scripts: dict[str, Script] = dict(scripts or {})
         self.sglang_cumulative = sglang_cumulative
+        # False: the longest key found in the prompt plays; True: the key found last in it (an
+        # agent session, where each step's prompt holds every earlier step's keys before its own)
+        self.latest = latest
         self.requests: list[tuple[str, dict]] = []
         self.healthy = True  # what GET /health says: 200, or 503 when False
         self.outcomes: dict[str, str] = {}  # script key -> "complete" | "cancelled"
@@ -113,7 +118,10 @@ class FakeEngine:
         matches = [k for k in self.scripts if k in text]
         if not matches:
             raise LookupError(f"no script for prompt ...{text[-200:]!r}")
-        key = max(matches, key=len)
+        if self.latest:
+            key = max(matches, key=lambda k: (text.rfind(k) + len(k), len(k)))
+        else:
+            key = max(matches, key=len)
         return key, self.scripts[key]
 
     def _done(self, key: str, outcome: str) -> None:
@@ -189,6 +197,8 @@ class FakeEngine:
         async def body() -> AsyncIterator[bytes]:
             outcome = "cancelled"
             try:
+                if script.first_delay:
+                    await asyncio.sleep(script.first_delay)
                 async for data in events:
                     if script.delay:
                         await asyncio.sleep(script.delay)

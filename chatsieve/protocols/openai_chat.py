@@ -24,7 +24,7 @@ from chatsieve.events import (
     TokenLogprob,
     ToolCallStart,
 )
-from chatsieve.messages import MessageError, normalize_messages
+from chatsieve.messages import MessageError, normalize_messages, order_tool_results
 from chatsieve.protocols.common import (
     ChatRequest,
     Fields,
@@ -85,7 +85,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
     for i, m in enumerate(messages):
         _check_message(m, i)
     try:
-        messages = normalize_messages(messages)
+        messages = order_tool_results(normalize_messages(messages))
     except MessageError as e:
         raise RequestError(str(e), param=e.param) from None
 
@@ -98,7 +98,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         tools = tools or None
     tool_choice = _tool_choice(get.value("tool_choice"), tools)
 
-    ceiling = max_tokens_ceiling(limits)
+    ceiling = max_tokens_ceiling(limits, fit=limits.fit_max_tokens)
     max_tokens = get.integer("max_completion_tokens", minimum=1, maximum=ceiling)
     if max_tokens is None:
         max_tokens = get.integer("max_tokens", minimum=1, maximum=ceiling)
@@ -157,6 +157,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         repetition_penalty=get.number("repetition_penalty", minimum=0.01, maximum=10.0),
         logit_bias=_logit_bias(get.value("logit_bias")),
         response_format=response_format(get.value("response_format")),
+        fit_max_tokens=limits.fit_max_tokens,
     )
 
 

@@ -178,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the model's context in tokens (default: config.json's max_position_embeddings, else the "
         "tokenizer's model_max_length); longer prompts, or prompt plus max_tokens, are a 400",
     )
+    limits.add_argument(
+        "--fit-max-tokens",
+        action="store_true",
+        help="chat completions too: lower a max_tokens above the room the prompt leaves in the context to "
+        "that room (the x-chatsieve-max-tokens-lowered response header says so) instead of a 400, as "
+        "/v1/messages and /v1/responses always do",
+    )
     limits.add_argument("--max-stop-strings", type=int, default=16, help="stop strings per request (16)")
     limits.add_argument("--max-stop-length", type=int, default=256, help="characters per stop string (256)")
     limits.add_argument(
@@ -254,7 +261,8 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     hosts = _split(args.allowed_hosts) if args.allowed_hosts is not None else default_allowed_hosts(args.host)
     return ServerConfig(
         max_model_len=args.max_model_len,
-        limits=RequestLimits(max_stop_strings=args.max_stop_strings, max_stop_length=args.max_stop_length),
+        limits=RequestLimits(max_stop_strings=args.max_stop_strings, max_stop_length=args.max_stop_length,
+                             fit_max_tokens=args.fit_max_tokens),
         security=SecurityPolicy(
             api_keys=api_keys(args, environ),
             allowed_hosts=hosts,

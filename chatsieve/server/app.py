@@ -42,8 +42,12 @@ from chatsieve.detect import FormatNotFound
 from chatsieve.events import ContentDelta, Event, ToolCallStart
 from chatsieve.grammar import reasoning_close
 from chatsieve.preparation import (
+    MAX_TOKENS_HEADER,
     check_vocabulary_bounds,
+    effective_thinking,
+    fitted_max_tokens,
     model_context_length,
+    parser_prompt,
     plan_request_constraint,
     render_request_prompt,
 )
@@ -489,6 +493,7 @@ class ChatService:
 
     def _prepare(self, req: ChatRequest) -> Generation:
         check_vocabulary_bounds(req, self.vocab_size)
+        req = effective_thinking(req, format=self.config.format, tokenizer=self.tokenizer, template=self.chat_template)
         tools = req.prompt_tools
         context = self.max_model_len
         prompt = render_request_prompt(
@@ -501,15 +506,16 @@ class ChatService:
             self.config.format,
             tools=tools,
             thinking=req.thinking,
-            prompt=prompt.text,
+            prompt=parser_prompt(prompt, format=self.config.format, tokenizer=self.tokenizer),
             tokenizer=self.tokenizer,
             stop=list(req.stop) or None,
             stop_token_ids=list(self.stop_token_ids),
             keep_logprobs=not req.stream,  # a stream sends them on as they come and keeps none
         )
+        max_tokens = fitted_max_tokens(req, len(prompt.token_ids), context)
         gen_req = GenerationRequest(
             prompt_token_ids=list(prompt.token_ids),
-            max_tokens=req.max_tokens,
+            max_tokens=max_tokens,
             temperature=req.temperature,
             top_p=req.top_p,
             seed=req.seed,
@@ -539,7 +545,12 @@ class ChatService:
         if reasoning_end_id is not None and constraint.answer_prefix:
             gen.answer_prefix_ids = self.tokenizer.encode(constraint.answer_prefix)
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
-        gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
+        gen.max_tokens = max_tokens or (context - len(prompt.token_ids) if context else None)
+        if max_tokens != req.max_tokens:
+            gen.headers[MAX_TOKENS_HEADER] = f"{req.max_tokens} -> {max_tokens}"
+            log.info("max_tokens %d lowered to %d: the room a %d-token prompt leaves in the %d-token context",
+                     req.max_tokens, max_tokens, len(prompt.token_ids), context)
+        gen.note_scrub = formats.get(self.config.format).delimiters
         gen.vocab_size = self.vocab_size
         gen.metrics = self.metrics
         close = reasoning_close(self.config.format, req.thinking) if req.reasoning_budget else None
@@ -581,6 +592,8 @@ class Generation:
         self._started = self._last = 0.0  # when the engine request began, and its last batch came
         self.request_id = ""
         self.metrics: Metrics | None = None
+        self.note_scrub: tuple[str, ...] = ()  # taken out of the unusable-call note (the family's delimiters)
+        self.headers: dict[str, str] = {}  # response headers preparing the request added
 
     async def events(self, sink: Callable[[list[Event]], None] | None = None) -> AsyncIterator[list[Event]]:
         """Filtered event lists as the engine produces ids; BackendError if the engine fails.
@@ -633,6 +646,11 @@ class Generation:
                         yield events
             events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
             self.calls.finish()
+            if self.calls.unusable and self.parser.finish_reason != "length":
+                # an agent's turn never ends empty: a call that could not be used says so in the text
+                events.append(ContentDelta(self.calls.note(self.note_scrub)))
+                log.info("%s %d unusable tool call(s): %s", self.request_id, len(self.calls.unusable),
+                         "; ".join(self.calls.unusable))
             yield events
             if self.calls.dropped:
                 log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
@@ -994,7 +1012,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             prompt_tokens=gen.prompt_tokens,
             token_bytes=service.token_bytes,
         )
-        headers = dict(parsed.headers)
+        headers = {**dict(parsed.headers), **gen.headers}
         if headers:
             log.info("%s %s", gen.request_id, log_safe(", ".join(f"{k}: {v}" for k, v in headers.items()), 2000))
         if parsed.chat.stream:
@@ -1009,11 +1027,12 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         return await run(request, OPENAI_CHAT)
 
     async def messages(request: Request) -> Response:
-        return await run(request, ANTHROPIC)
+        # the served family decides what the thinking switch and effort become
+        return await run(request, ANTHROPIC, functools.partial(ANTHROPIC.parse, format=service.config.format))
 
     async def count_tokens(request: Request) -> Response:
         """Anthropic's token count: the prompt rendered as for a generation, nothing generated."""
-        got = await prepared(request, ANTHROPIC, ANTHROPIC.parse_count_tokens)
+        got = await prepared(request, ANTHROPIC, functools.partial(ANTHROPIC.parse_count_tokens, format=service.config.format))
         if isinstance(got, Response):
             return got
         parsed, gen = got
@@ -1110,7 +1129,7 @@ def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
                 allow_origins=list(config.cors_origins),
                 allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"],
-                expose_headers=["x-request-id", LEFT_OUT_HEADER],
+                expose_headers=["x-request-id", LEFT_OUT_HEADER, MAX_TOKENS_HEADER],
             )
         )
     stack.append(Middleware(SecurityMiddleware, policy=config.security, error_shape=refusal_body,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from jinja2 import TemplateError
 from .grammar import Constraint, GrammarError, GrammarTooLarge
 from .grammar import plan as constraint_plan
 from .prompt import Prompt, PromptError, PromptTooLong, TemplateVariableError, render_prompt, thinking_switch
-from .protocols.common import THINKING_SWITCHES, ChatRequest, RequestError
+from .protocols.common import THINKING_SWITCHES, ChatRequest, RequestError, effort_budget
 
 __all__ = [
     "MAX_TOKENS_HEADER",
@@ -23,6 +24,7 @@ __all__ = [
     "parser_prompt",
     "model_context_length",
     "plan_request_constraint",
+    "reasoning_budget",
     "render_request_prompt",
 ]
 
@@ -192,8 +194,20 @@ def plan_request_constraint(req: ChatRequest, *, format: str, engine: str, token
             token_id=tokenizer.single_token_id,
             parallel=req.parallel_tool_calls,
             thinking=req.thinking,
+            strict=req.strict_tools,
+            aliases=req.tool_aliases,
         )
     except GrammarError as e:
-        param = "tool_choice" if req.tool_choice.mode in ("required", "function") else "response_format"
+        param = ("tool_choice" if req.tool_choice.mode in ("required", "function")
+                 else "response_format" if req.response_format else "tools")  # fmt: skip
         code = "grammar_too_large" if isinstance(e, GrammarTooLarge) else "unsupported_constraint"
         raise RequestError(str(e), param=param, code=code) from None
+
+
+def reasoning_budget(req: ChatRequest, *, format: str, efforts: Mapping[str, int] | None = None) -> int | None:
+    """The reasoning tokens the request allows before its reasoning is closed: the budget it gives
+    (Messages' ``budget_tokens``, chat completions' ``thinking_token_budget``), else its effort's
+    (`efforts`, the server's table; `protocols.common.EFFORT_BUDGETS` by default); None: no budget."""
+    if req.reasoning_budget is not None:
+        return req.reasoning_budget
+    return effort_budget(req.effort, format, efforts)

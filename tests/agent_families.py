@@ -183,13 +183,14 @@ class Recorder:
 @contextlib.contextmanager
 def served(
     tmp: Path, family: str, scripts: dict[str, Script], *, model: str, key: str | None = None,
-    format: str | None = None, **config
+    format: str | None = None, engine_options: dict | None = None, **config
 ) -> Iterator[tuple[str, FakeEngine, Recorder]]:
     """`chatsieve serve` (in process) for `family` with a 40,960-token context, in front of a
     stand-in engine playing `scripts` by the key found last in each prompt; (URL, engine, the
-    requests the server got). `format` replaces the family's name (`auto`: detected)."""
+    requests the server got). `format` replaces the family's name (`auto`: detected);
+    `engine_options` go to the `FakeEngine`."""
     tok = tokenizer(family)
-    engine = FakeEngine(tok.decode, scripts, latest=True)
+    engine = FakeEngine(tok.decode, scripts, latest=True, **(engine_options or {}))
     with contextlib.ExitStack() as stack:
         engine_url = stack.enter_context(ServerThread(engine.app)).url
         cfg = ServerConfig(

@@ -183,7 +183,7 @@ def parse_messages_request(
     except MessageError as e:  # a result for a call the turn before did not make
         raise RequestError(str(e), param="messages") from None
 
-    tools, left_out = _tools(get.value("tools"))
+    tools, left_out, strict = _tools(get.value("tools"))
     tool_choice, parallel = _tool_choice(get.value("tool_choice"), tools)
     if get.value("mcp_servers"):
         raise RequestError(
@@ -197,7 +197,8 @@ def parse_messages_request(
         raise RequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     kwargs = dict(kwargs or {})
     thinking, budget = _thinking(get.value("thinking"), max_tokens)
-    switches, effort = reasoning_switches(format, thinking=thinking, effort=_effort(get.value("output_config")))
+    asked = _effort(get.value("output_config"))
+    switches, effort = reasoning_switches(format, thinking=thinking, effort=asked)
     # an absent `thinking` leaves the switch a request set itself (chat_template_kwargs) alone
     if get.value("thinking") is not None or not any(k in kwargs for k in THINKING_SWITCHES):
         kwargs.update(switches)
@@ -219,6 +220,10 @@ def parse_messages_request(
         chat_template_kwargs=kwargs,
         reasoning_effort=effort,
         reasoning_budget=budget,
+        strict_tools=strict,
+        # thinking off (disabled, or no `thinking`): the effort's budget is none's (a family that
+        # cannot switch thinking off gets the smallest)
+        effort="none" if thinking is False else asked,
         fit_max_tokens=True,
         note_unusable_calls=True,
     )
@@ -383,13 +388,15 @@ def _assistant(content: list, param: str) -> dict:
     return msg
 
 
-def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...]]:
-    """The custom tools as OpenAI functions, and the names of the hosted tools left out."""
+def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...], tuple[str, ...]]:
+    """The custom tools as OpenAI functions, the names of the hosted tools left out, and the names
+    of the strict tools (``strict: true``: Anthropic's strict tool use, the input must match
+    ``input_schema``; kept out of the function, so the prompt is the same either way)."""
     if value is None:
-        return None, ()
+        return None, (), ()
     if not isinstance(value, list):
         raise RequestError("'tools' must be an array", param="tools")
-    tools, left_out = [], []
+    tools, left_out, strict_names = [], [], []
     for i, t in enumerate(value):
         param = f"tools[{i}]"
         if not isinstance(t, dict):
@@ -411,11 +418,16 @@ def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...]]:
             raise RequestError(f"{param}.input_schema must be a JSON Schema object", param=f"{param}.input_schema")
         if description is not None and not isinstance(description, str):
             raise RequestError(f"{param}.description must be a string", param=f"{param}.description")
+        strict = t.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise RequestError(f"{param}.strict must be true or false", param=f"{param}.strict")
         fn: dict[str, Any] = {"name": name, "parameters": schema}
         if description is not None:
             fn["description"] = description
+        if strict:
+            strict_names.append(name)
         tools.append({"type": "function", "function": fn})
-    return tools or None, tuple(left_out)
+    return tools or None, tuple(left_out), tuple(strict_names)
 
 
 def _tool_choice(value: Any, tools: list[dict] | None) -> tuple[ToolChoice, bool]:
@@ -501,12 +513,15 @@ def stop_reason(outcome: Outcome) -> tuple[str, str | None]:
     return STOP_REASONS.get(outcome.finish_reason, "end_turn"), None
 
 
-def usage(input_tokens: int, output_tokens: int) -> dict:
+def usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> dict:
+    """Anthropic's usage for a prompt of `input_tokens`, `cached_tokens` of them served from the
+    engine's prefix cache: as Anthropic counts them, `input_tokens` is the uncached rest and the
+    cache read a counter of its own (their sum is the prompt)."""
     return {
-        "input_tokens": input_tokens,
+        "input_tokens": input_tokens - cached_tokens,
         "output_tokens": output_tokens,
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": cached_tokens,
     }
 
 
@@ -605,7 +620,10 @@ class MessageStream:
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": {"output_tokens": outcome.completion_tokens},
+            # the engine says what its cache served only now: the SDKs take these over message_start's
+            "usage": {"output_tokens": outcome.completion_tokens,
+                      "input_tokens": outcome.prompt_tokens - outcome.cached_tokens,
+                      "cache_read_input_tokens": outcome.cached_tokens},
         }
         return (
             self._bytes(self.ops.close())
@@ -675,7 +693,7 @@ class MessageCollector:
             "content": self.blocks,
             "stop_reason": reason,
             "stop_sequence": sequence,
-            "usage": usage(outcome.prompt_tokens, outcome.completion_tokens),
+            "usage": usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens),
         }
 
     def _fold(self, ops: Iterable[tuple[str, int, Any]]) -> None:

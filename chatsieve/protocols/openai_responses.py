@@ -168,11 +168,14 @@ class ResponsesRequest:
             fit_max_tokens=True,
             note_unusable_calls=True,
             tool_aliases=namespaced_aliases(self.namespaces),
+            # Responses: a function is strict unless `strict: false` (OpenAI's Responses default)
+            strict_tools=tuple(t["function"]["name"] for t in self.offered if t["function"].get("strict") is not False),
             temperature=self.temperature,
             top_p=self.top_p,
             stream=self.stream,
             chat_template_kwargs=kwargs,
             reasoning_effort=effort,
+            effort=self.reasoning_effort,
             response_format=self.response_format,
             logprobs=self.logprobs,
             top_logprobs=self.top_logprobs,
@@ -587,6 +590,8 @@ def _tools(tools: list) -> tuple[list[dict], list[str], dict[str, str]]:
                 left_out.append(f"{namespace}.{name}")
                 return
             raise RequestError(f"{param}: two tools are named {name!r}", param=f"{param}.name")
+        if t.get("strict") is not None and not isinstance(t["strict"], bool):
+            raise RequestError(f"{param}.strict must be true or false", param=f"{param}.strict")
         fn: dict = {"name": name}
         for key in ("description", "parameters", "strict"):
             if t.get(key) is not None:
@@ -704,10 +709,11 @@ def _text_format(value: Any) -> dict | None:
 # ---------------------------------------------------------------- responses
 
 
-def usage(input_tokens: int, output_tokens: int, reasoning_tokens: int = 0) -> dict:
+def usage(input_tokens: int, output_tokens: int, reasoning_tokens: int = 0, cached_tokens: int = 0) -> dict:
+    """The Responses usage: `input_tokens` includes the `cached_tokens` the engine's cache served."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, output_tokens)},
         "total_tokens": input_tokens + output_tokens,
@@ -1181,7 +1187,8 @@ class _Outcomes:
         # before the first content or call) takes in the batch the content began in
         spent = count(reasoning) if reasoning and count else outcome.reasoning_tokens
         cut = outcome.finish_reason == "length"
-        return usage(outcome.prompt_tokens, outcome.completion_tokens, spent), "max_output_tokens" if cut else None
+        return (usage(outcome.prompt_tokens, outcome.completion_tokens, spent, outcome.cached_tokens),
+                "max_output_tokens" if cut else None)
 
 
 class ResponsesEncoder(_Outcomes):

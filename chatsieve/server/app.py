@@ -49,11 +49,13 @@ from chatsieve.preparation import (
     model_context_length,
     parser_prompt,
     plan_request_constraint,
+    reasoning_budget,
     render_request_prompt,
 )
 from chatsieve.prompt import load_chat_template
 from chatsieve.protocols.anthropic import ANTHROPIC, model_entry, models_page
 from chatsieve.protocols.common import (
+    EFFORT_BUDGETS,
     LEFT_OUT_HEADER,
     ChatRequest,
     ClientProtocol,
@@ -65,6 +67,7 @@ from chatsieve.protocols.common import (
     ResponseInfo,
     StreamEncoder,
     ToolCallFilter,
+    check_effort_budgets,
     finish_reason,
     json_depth_message,
 )
@@ -118,6 +121,8 @@ class ServerConfig:
     prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
     chat_template: Path | None = None  # --chat-template: replaces the model directory's template
     format_file: Path | None = None  # --format-file: the family `format` names comes from this file
+    # --reasoning-effort-budgets: reasoning tokens per effort, over protocols.common.EFFORT_BUDGETS
+    effort_budgets: tuple[tuple[str, int], ...] = ()
 
     @property
     def model_name(self) -> str:
@@ -151,6 +156,7 @@ class ServerConfig:
                 "format_file": None if d.get("format_file") is None else Path(d["format_file"]),
                 "extra_backend_urls": tuple(d.get("extra_backend_urls", ())),
                 "model_aliases": tuple(d.get("model_aliases", ())),
+                "effort_budgets": tuple((e, b) for e, b in d.get("effort_budgets", ())),
                 "cors_origins": tuple(d.get("cors_origins", ())),
                 "limits": RequestLimits(**d["limits"]),
                 "security": SecurityPolicy(
@@ -336,6 +342,7 @@ class ChatService:
         self.probe: httpx.AsyncClient | None = None  # health and /props checks
         self.backend: ReplicaPool | None = None
         self.max_model_len = config.max_model_len or model_context_length(config.model_dir, self.tokenizer)
+        self.effort_budgets = {**EFFORT_BUDGETS, **check_effort_budgets(dict(config.effort_budgets))}
         if self.max_model_len is None:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
         self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
@@ -553,9 +560,10 @@ class ChatService:
         gen.note_scrub = formats.get(self.config.format).delimiters
         gen.vocab_size = self.vocab_size
         gen.metrics = self.metrics
-        close = reasoning_close(self.config.format, req.thinking) if req.reasoning_budget else None
+        budget = reasoning_budget(req, format=self.config.format, efforts=self.effort_budgets)
+        close = reasoning_close(self.config.format, req.thinking) if budget is not None else None
         if close is not None:  # a family without a closing marker cannot be cut: the budget is not enforced
-            gen.reasoning_budget = req.reasoning_budget
+            gen.reasoning_budget = budget
             gen.budget_close_ids = self.tokenizer.encode(close)
         return gen
 
@@ -589,6 +597,9 @@ class Generation:
         self._past_reasoning = False  # content or a call came
         self._budget_hit = False
         self._engine_finish: str | None = None
+        # prompt tokens the engine's prefix cache served: the first engine request's count where the
+        # engine reported one, else a later request's (its prompt holds this one), at most the prompt
+        self.cached_tokens: int | None = None
         self._started = self._last = 0.0  # when the engine request began, and its last batch came
         self.request_id = ""
         self.metrics: Metrics | None = None
@@ -668,13 +679,23 @@ class Generation:
         accept, calls = self._accept, self.calls
         push = None if sink is None else self._pusher(sink, produced)
         stream = self.backend.generate(request, push)
+        waited = False
         try:
             async for batch in stream:
+                if waited and batch.token_ids and not batch.finish_reason:
+                    break  # the engine went on past the stop token
                 events, cut = accept(batch, produced)
                 if events:
                     yield calls.apply(events)
-                if cut or self.parser.stopped and not batch.finish_reason:  # or a local stop
+                if cut:
                     break  # closing the stream cancels the engine request
+                if self.parser.stopped and self._engine_finish is None:  # a local stop
+                    # a stop token ends the engine's generation too, and its last event (with the
+                    # cached-token count) comes next: it is read; a stop string, or tokens after the
+                    # stop token, cancel the engine request
+                    if waited or self.parser.stop_sequence is not None:
+                        break
+                    waited = True
         except BackendError:
             if self.metrics is not None:
                 self.metrics.engine_errors.inc()
@@ -727,6 +748,8 @@ class Generation:
             events += self._feed(ids, lps)
         if batch.finish_reason:
             self._engine_finish = batch.finish_reason
+        if batch.cached_tokens is not None and self.cached_tokens is None:
+            self.cached_tokens = batch.cached_tokens
         if over:
             self._engine_finish = "length"  # the engine went past max_tokens: cut here
         return events, over
@@ -794,6 +817,7 @@ class Generation:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             stop_sequence=self.parser.stop_sequence,
+            cached_tokens=min(self.cached_tokens or 0, self.prompt_tokens),
         )
 
 

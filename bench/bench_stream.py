@@ -1,9 +1,10 @@
 """Streaming throughput and scaling: generated outputs of 2k, 8k and 32k tokens (Gemma 4,
 Qwen3, gpt-oss, DeepSeek V3.1, Kimi K2), fed one token per delta, in text mode (per-token
 strings) and token mode (ids in, detokenization included). Prints µs per token and
-t(32k)/t(8k) (linear ≈ 4).
+t(32k)/t(8k) (linear ≈ 4). `xml_repeat`: a Qwen3-Coder call whose parameter is given again, its
+long value undecided (a repeat or an example?) until that value's close, t(4N)/t(N).
 
-    python bench/bench_stream.py [--formats gpt_oss,kimi_k2]   # needs ../shared/models or $CHATSIEVE_MODELS
+    python bench/bench_stream.py [--formats gpt_oss,kimi_k2,xml_repeat]   # needs ../shared/models or $CHATSIEVE_MODELS
 """
 
 from __future__ import annotations
@@ -115,6 +116,55 @@ def make_output(fmt: str, tok, n_tokens: int) -> list[int]:
     return ids + fill(n_tokens - len(ids) - len(call_end)) + call_end
 
 
+# A parameter the call already has, opened again: whether it is a repeat (the last value wins) or an
+# example inside the value is known only at that value's close (xml_kv's read-ahead, at most 4096
+# characters). The value is code that names the call's tags inline, as a parser's tests do; its sizes
+# in tokens keep it inside the read-ahead, so the whole value is streamed undecided.
+REPEAT_SIZES = (250, 1_000)
+REPEAT_LINE = "    assert '<function=f>' in text and '</parameter' not in text\n"
+REPEAT_TOOLS = [{"name": "write_file", "parameters": {"type": "object", "properties": {"content": {"type": "string"}}}}]
+
+
+def make_repeat(tok, n_tokens: int) -> list[int]:
+    head = tok.encode("<tool_call>\n<function=write_file>\n<parameter=content>\none\n</parameter>\n<parameter=content>\n")
+    body: list[int] = []
+    while len(body) < n_tokens:
+        body += tok.encode(REPEAT_LINE)
+    return head + body[:n_tokens] + tok.encode("\n</parameter>\n</function>\n</tool_call><|im_end|>")
+
+
+def bench_repeat(base: Path) -> list[tuple]:
+    tok = load_tokenizer(base / "qwen3")
+    rows = []
+    for mode in ("text", "tokens"):
+        times = {}
+        for n in REPEAT_SIZES:
+            ids = make_repeat(tok, n)
+            if mode == "text":
+                pieces = [tok.decode([i]) for i in ids]
+
+                def run(pieces=pieces):
+                    p = StreamParser("qwen3_coder", tools=REPEAT_TOOLS, thinking=False)
+                    for s in pieces:
+                        p.feed(s)
+                    p.finish()
+                    return p
+            else:
+
+                def run(ids=ids):
+                    p = StreamParser("qwen3_coder", tokenizer=tok, tools=REPEAT_TOOLS, thinking=False)
+                    for i in ids:
+                        p.feed(token_ids=[i])
+                    p.finish()
+                    return p
+            msg = run().message
+            assert len(msg.tool_calls) == 1 and "repeated argument" in str(msg.diagnostics), msg.diagnostics
+            times[n] = timed(run)
+            rows.append(("xml_repeat", mode, n, times[n] * 1e6 / len(ids)))
+        rows.append(("xml_repeat", mode, "ratio", times[REPEAT_SIZES[-1]] / times[REPEAT_SIZES[0]]))
+    return rows
+
+
 def timed(fn) -> float:
     best = float("inf")
     for _ in range(REPEAT):
@@ -142,10 +192,14 @@ def run_tokens(fmt, tok, ids):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--formats", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
+    names = [*SHAPES, "xml_repeat"]
+    ap.add_argument("--formats", default=",".join(names), help=f"comma-separated, of {', '.join(names)}")
     fmts = ap.parse_args().formats.split(",")
     base = models_dir()
     rows = []
+    if "xml_repeat" in fmts:
+        fmts.remove("xml_repeat")
+        rows += bench_repeat(base)
     for fmt in fmts:
         tok = bench_tokenizer(fmt, base)
         for mode in ("text", "tokens"):
@@ -167,7 +221,8 @@ def main() -> None:
     print(f"{'format':12} {'mode':7} {'tokens':>7} {'µs/token':>9}")
     for fmt, mode, n, v in rows:
         if n == "ratio":
-            print(f"{fmt:12} {mode:7} {'32k/8k':>7} {v:9.2f}")
+            label = f"{REPEAT_SIZES[-1]}/{REPEAT_SIZES[0]}" if fmt == "xml_repeat" else "32k/8k"
+            print(f"{fmt:12} {mode:7} {label:>7} {v:9.2f}")
         else:
             print(f"{fmt:12} {mode:7} {n:7d} {v:9.2f}")
 

@@ -171,18 +171,16 @@ def cmd_formats(args: argparse.Namespace) -> int:
 
 
 def _tokenizer_resolver(models: str | None):
-    """Fixture `tokenizer:` names -> tokenizers: a directory path, or a name under --models."""
+    """Fixture `tokenizer:` names -> tokenizers: a path, a short name of the test suite's
+    (`testdata.TOKENIZERS`: `deepseek_v4` is `deepseek/v4`), or a folder under --models."""
     cache: dict[str, object] = {}
 
     def resolve(name: str):
         if name not in cache:
-            from .tokenizer import load_tokenizer
+            from .testdata import named_tokenizer
 
-            path = Path(name)
-            if not path.is_dir() and models:
-                path = Path(models) / name
             try:
-                cache[name] = load_tokenizer(path)
+                cache[name] = named_tokenizer(name, models)
             except (OSError, ValueError, ImportError) as e:
                 print(f"chatsieve check: token mode skipped for tokenizer {name!r}: {e}", file=sys.stderr)
                 cache[name] = None

@@ -66,7 +66,8 @@ _REASONING = {"open", "close", "label", "default", "starts_inside", "single_bloc
 _CALLS = {"open", "close", "inner", "codec", "syntax", "text_open", "content_start", "prompt_opens", "call_id",
           "grammar"}  # fmt: skip
 _SYNTAX = {"call_open", "name_close", "call_close", "key_open", "key_close", "value_open", "value_close",
-           "trim_newline", "quoted", "string_attr", "structural", "openers", "closers"}  # fmt: skip
+           "trim_newline", "quoted", "string_attr", "structural", "openers", "closers", "type_open",
+           "type_close"}  # fmt: skip
 _DOCS = {"reasoning", "calls"}
 
 
@@ -262,7 +263,11 @@ def _codec(r: _Reader, cs: dict, engine_name: str) -> Callable | None:
         structural=r.markers(syn.get("structural"), "calls.syntax.structural"),
         openers=r.markers(syn.get("openers"), "calls.syntax.openers"),
         closers=r.markers(syn.get("closers"), "calls.syntax.closers"),
+        type_open=tag("type_open"),
+        type_close=tag("type_close"),
     )
+    if bool(syntax.type_open) != bool(syntax.type_close) or (syntax.type_open and not syntax.value_open):
+        r.bad("calls.syntax.type_open", "type_open and type_close go together, before a value_open")
     return xml_kv_codec("FileXmlKvCodec", syntax)
 
 

@@ -53,9 +53,10 @@ class GrammarTooLarge(GrammarError):
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    """What to ask the engine for: a GBNF `grammar`, a JSON `schema`, or any JSON object."""
+    """What to ask the engine for: a GBNF `grammar` (lazy, llama.cpp, when it has `triggers`), a
+    JSON `schema`, any JSON object, or an xgrammar `structural_tag` (JSON text; strict_tools.py)."""
 
-    kind: str  # "grammar" | "json_schema" | "json_object"
+    kind: str  # "grammar" | "json_schema" | "json_object" | "structural_tag"
     grammar: str | None = None
     schema: dict | None = None
     calls: bool = False  # the reply is a JSON list of calls (chatsieve.call_list), parsed as the calls
@@ -64,6 +65,11 @@ class Constraint:
     # room for a reasoning block)
     reasoning_end: str | None = None
     answer_prefix: str | None = None  # written after reasoning_end, before the constrained answer
+    structural_tag: str | None = None
+    # a lazy grammar: free output until one of these (llama.cpp's (trigger type, value)) arms it;
+    # preserved_tokens: the trigger words that are one token (llama-server's rule)
+    triggers: tuple[tuple[int, str], ...] = ()
+    preserved_tokens: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- GBNF assembly
@@ -653,14 +659,22 @@ def plan(
     token_id: Callable[[str], int | None] | None,
     parallel: bool = True,
     thinking: bool | None = None,
+    strict: Sequence[str] = (),
+    aliases: Sequence[tuple[str, str]] = (),
 ) -> Constraint | None:
     """The engine constraint for one request: a forced call for tool_choice `required` or a named
-    function (`tools` already narrowed to it), else the response_format's JSON, else None."""
+    function (`tools` already narrowed to it), else the response_format's JSON, else (`auto`) the
+    `strict` tools' arguments held to their schemas once a call opens (strict_tools.py), else None."""
     if tool_choice in ("required", "function") and tools:
         return forced_calls(format, engine=engine, tools=tools, token_id=token_id,
                             parallel=parallel and tool_choice != "function", thinking=thinking)
     constraint = response_format_constraint(response_format)
     if constraint is None:
+        if tools and tool_choice == "auto" and strict:
+            from .strict_tools import strict_constraint
+
+            return strict_constraint(get_format(format), engine=engine, tools=tools, strict=strict,
+                                     parallel=parallel, token_id=token_id, aliases=aliases)
         return None
     if tools and tool_choice == "auto":
         return calls_or_answer(format, engine=engine, tools=tools, token_id=token_id, parallel=parallel,

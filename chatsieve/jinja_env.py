@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -27,8 +28,17 @@ def _fail(message: str) -> None:
 def _to_json(
     value: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None, sort_keys: bool = False
 ) -> str:
-    """`tojson` as chat templates expect it: plain json.dumps, no HTML escaping."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    """`tojson` as chat templates expect it: plain json.dumps, no HTML escaping; what a filter
+    chain leaves as a generator (`tools | map(attribute='function') | tojson`, as llama.cpp's own
+    templates write it, whose Jinja makes a list of it) is the list of its items."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_items)
+
+
+def _items(value: Any) -> list:
+    if isinstance(value, Iterator):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _now(fmt: str) -> str:

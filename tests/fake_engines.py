@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import socket
@@ -37,6 +38,7 @@ class Script:
     batch: int = 1  # ids per streamed event
     fail: str | None = None  # None | "status" | "reject" | "garbage" | "truncate" | "error_event"
     delay: float = 0.0  # seconds between events (to leave room for a disconnect)
+    first_delay: float = 0.0  # seconds of silence before the first event (a long prefill)
     ignore_max_tokens: bool = False  # an engine that runs past the max_tokens it was sent
     # Honour the request's constraint as a real engine would: refuse (400) a request that carries
     # none, or whose constraint the scripted output (but its last `constraint_tail` ids, the end
@@ -44,6 +46,9 @@ class Script:
     constrained: bool = False
     constraint_tail: int = 1
     unconstrained: bool = False  # refuse a request that carries a constraint (a first, free phase)
+    # What the model writes instead where a strict-tool constraint (a structural tag, a lazy
+    # grammar: tests/strict_engine.py) refuses its first choice: its next choices, in order
+    fallbacks: tuple[list[int], ...] = ()
 
 
 def fake_logprob(token_id: int) -> float:
@@ -66,10 +71,32 @@ class FakeEngine:
         scripts: dict[str, Script] | None = None,
         *,
         sglang_cumulative: bool = False,
+        latest: bool = False,
+        prefix_cache: bool = False,
+        tokenizer: object = None,
+        eog: frozenset[int] = frozenset(),
     ) -> None:
         self.decode = decode
+        # the family's tokenizer (chatsieve's), to refuse and enforce strict-tool constraints as the
+        # real engines do (tests/strict_engine.py); `eog`: llama.cpp's end-of-generation ids
+        if tokenizer is None and type(getattr(decode, "__self__", None)).__name__ == "Tokenizer":
+            tokenizer = decode.__self__  # `tok.decode` of chatsieve's Tokenizer: enforce with it
+        self.tokenizer = tokenizer
+        self.eog = eog
+        self.chosen: list[int] = []  # per strict-constrained request: which choice it played (0: the first)
+        # Report cached prompt tokens as each engine does (vLLM with --enable-prompt-tokens-details,
+        # in the usage chunk stream_options.include_usage asks for; SGLang meta_info.cached_tokens;
+        # llama.cpp timings.cache_n on its last event): the longest prefix shared with an earlier
+        # prompt, the last token always computed, vLLM's in whole blocks of 16. Off: vLLM without
+        # the flag (no prompt_tokens_details), SGLang and llama.cpp say 0.
+        self.prefix_cache = prefix_cache
+        self.prompts: list[list[int]] = []
+        self.cached: list[int] = []  # what each request was told its cache served
         self.scripts: dict[str, Script] = dict(scripts or {})
         self.sglang_cumulative = sglang_cumulative
+        # False: the longest key found in the prompt plays; True: the key found last in it (an
+        # agent session, where each step's prompt holds every earlier step's keys before its own)
+        self.latest = latest
         self.requests: list[tuple[str, dict]] = []
         self.healthy = True  # what GET /health says: 200, or 503 when False
         self.outcomes: dict[str, str] = {}  # script key -> "complete" | "cancelled"
@@ -113,7 +140,10 @@ class FakeEngine:
         matches = [k for k in self.scripts if k in text]
         if not matches:
             raise LookupError(f"no script for prompt ...{text[-200:]!r}")
-        key = max(matches, key=len)
+        if self.latest:
+            key = max(matches, key=lambda k: (text.rfind(k) + len(k), len(k)))
+        else:
+            key = max(matches, key=len)
         return key, self.scripts[key]
 
     def _done(self, key: str, outcome: str) -> None:
@@ -123,12 +153,14 @@ class FakeEngine:
 
     async def _start(
         self, request: Request, path: str, prompt_field: str
-    ) -> tuple[dict, str, Script, list[int]] | Response:
+    ) -> tuple[dict, str, Script, list[int], int] | Response:
         payload = await request.json()
         self.requests.append((path, payload))
         prompt = payload.get(prompt_field)
         if not isinstance(prompt, list) or not all(isinstance(i, int) for i in prompt):
             return JSONResponse({"error": {"message": f"{prompt_field} must be token ids"}}, status_code=400)
+        cached = self._cached_tokens(prompt, block=16 if path == "/v1/completions" else 1)
+        self.cached.append(cached)
         try:
             key, script = self._pick(prompt)
         except LookupError as e:
@@ -136,12 +168,44 @@ class FakeEngine:
         refused = self._check_constraint(path, payload, script)
         if refused is not None:
             return JSONResponse({"error": {"message": refused, "code": 400}}, status_code=400)
+        from strict_engine import admits, refusal, strict_constraint
+
+        if strict_constraint(path, payload) is not None:
+            if self.tokenizer is None:
+                return JSONResponse({"error": {"message": "the stand-in needs tokenizer= to enforce a "
+                                               "strict-tool constraint"}}, status_code=500)  # fmt: skip
+            why = refusal(path, payload, self.tokenizer)
+            if why is not None:
+                return JSONResponse({"error": {"message": why, "code": 400}}, status_code=400)
+            choices = [list(script.token_ids), *script.fallbacks]
+            pick = next((i for i, c in enumerate(choices) if admits(path, payload, c, self.tokenizer, self.eog)), None)
+            if pick is None:
+                return JSONResponse({"error": {"message": "the constraint admits none of the script's outputs",
+                                               "code": 500}}, status_code=500)  # fmt: skip
+            self.chosen.append(pick)
+            script = dataclasses.replace(script, token_ids=choices[pick])
         if script.fail == "status":
             return JSONResponse({"error": {"message": "engine exploded", "code": 500}}, status_code=500)
         if script.fail == "reject":
             message = "This model's maximum context length is 8 tokens"
             return JSONResponse({"object": "error", "message": message, "code": 400}, status_code=400)
-        return payload, key, script, prompt
+        return payload, key, script, prompt, cached
+
+    def _cached_tokens(self, prompt: list[int], block: int) -> int:
+        """The prompt tokens this (simulated) prefix cache serves, and the prompt remembered."""
+        if not self.prefix_cache:
+            return 0
+        with self._lock:
+            best = 0
+            for earlier in self.prompts:
+                n = 0
+                for a, b in zip(earlier, prompt):
+                    if a != b:
+                        break
+                    n += 1
+                best = max(best, n)
+            self.prompts.append(list(prompt))
+        return min(best, len(prompt) - 1) // block * block
 
     def _check_constraint(self, path: str, payload: dict, script: Script) -> str | None:
         """Why the engine would refuse this constrained script, or None."""
@@ -189,6 +253,8 @@ class FakeEngine:
         async def body() -> AsyncIterator[bytes]:
             outcome = "cancelled"
             try:
+                if script.first_delay:
+                    await asyncio.sleep(script.first_delay)
                 async for data in events:
                     if script.delay:
                         await asyncio.sleep(script.delay)
@@ -206,7 +272,7 @@ class FakeEngine:
         started = await self._start(request, "/v1/completions", "prompt")
         if isinstance(started, Response):
             return started
-        payload, key, script, prompt = started
+        payload, key, script, prompt, cached = started
         batches, reason = self._play(script, payload.get("max_tokens"), payload.get("stop_token_ids") or [])
         k = payload.get("logprobs")
         as_ids = payload.get("return_tokens_as_token_ids")
@@ -250,6 +316,14 @@ class FakeEngine:
                     "choices": [choice],
                 }
                 yield json.dumps(chunk)
+            if (payload.get("stream_options") or {}).get("include_usage"):
+                done = sum(len(b) for b in batches)
+                usage = {"prompt_tokens": len(prompt), "completion_tokens": done,
+                         "total_tokens": len(prompt) + done}
+                if self.prefix_cache:  # vLLM --enable-prompt-tokens-details
+                    usage["prompt_tokens_details"] = {"cached_tokens": cached}
+                yield json.dumps({"id": rid, "object": "text_completion", "created": created, "model": "fake",
+                                  "choices": [], "usage": usage})
             yield "[DONE]"
 
         return self._stream(key, script, events())
@@ -260,7 +334,7 @@ class FakeEngine:
         started = await self._start(request, "/generate", "input_ids")
         if isinstance(started, Response):
             return started
-        payload, key, script, prompt = started
+        payload, key, script, prompt, cached = started
         params = payload.get("sampling_params") or {}
         batches, reason = self._play(script, params.get("max_new_tokens"), params.get("stop_token_ids") or [])
         want_lp = payload.get("return_logprob")
@@ -294,7 +368,7 @@ class FakeEngine:
                     "finish_reason": finish,
                     "prompt_tokens": len(prompt),
                     "completion_tokens": len(seen),
-                    "cached_tokens": 0,
+                    "cached_tokens": cached,
                 }
                 if want_lp:
                     meta["output_token_logprobs"] = [[fake_logprob(t), t, None] for t in out]
@@ -310,7 +384,7 @@ class FakeEngine:
         started = await self._start(request, "/completion", "prompt")
         if isinstance(started, Response):
             return started
-        payload, key, script, prompt = started
+        payload, key, script, prompt, cached = started
         n_predict = payload.get("n_predict")
         batches, reason = self._play(script, None if n_predict in (None, -1) else n_predict, [])
         k = payload.get("n_probs") or 0
@@ -360,7 +434,9 @@ class FakeEngine:
                     "stopping_word": "",
                     "tokens_predicted": produced,
                     "tokens_evaluated": len(prompt),
+                    "tokens_cached": len(prompt) + produced,  # the slot's length, not a hit count
                     "truncated": False,
+                    "timings": {"cache_n": cached, "prompt_n": len(prompt) - cached, "predicted_n": produced},
                 }
             )
 

@@ -183,20 +183,6 @@ def mistral_tekken_tokenizer():
     return hf
 
 
-_TOKENIZER_DIRS = {
-    "qwen3": "qwen3",
-    "deepseek": "deepseek",
-    "deepseek_v4": "deepseek/v4",
-    "gpt-oss": "gpt-oss",
-    "llama3": "llama3",
-    "glm5": "glm/glm-5",
-    "kimi_k2": "kimi-k2",  # tiktoken file, converted at load (chatsieve/tiktoken_bpe.py)
-    "llama4": "llama4",  # tiktoken file
-    "hunyuan": "hunyuan",  # tiktoken file
-    "gemma3": "gemma3",
-}
-
-
 @functools.cache
 def _load(name: str):
     from chatsieve.tokenizer import load_tokenizer
@@ -205,9 +191,11 @@ def _load(name: str):
         return gemma4_tokenizer()
     if name == "mistral":  # Tekken v3, converted (see mistral_tekken_tokenizer)
         return load_tokenizer(mistral_tekken_tokenizer(), config={"bos_token": "<s>", "eos_token": "</s>"})
-    if name not in _TOKENIZER_DIRS:
-        raise KeyError(f"no test tokenizer named {name!r}; known: gemma4, {', '.join(_TOKENIZER_DIRS)}")
-    return load_tokenizer(model_path(_TOKENIZER_DIRS[name]))
+    from chatsieve.testdata import TOKENIZERS  # the short names, shared with `chatsieve check`
+
+    if name not in TOKENIZERS:
+        raise KeyError(f"no test tokenizer named {name!r}; known: {', '.join(TOKENIZERS)}")
+    return load_tokenizer(model_path(TOKENIZERS[name]))
 
 
 def tokenizer(name: str):

@@ -58,7 +58,8 @@ class LlamaServer:
     """
 
     def __init__(
-        self, binary: Path, model: Path, *, slots: int = 4, ctx: int = 4096, threads: int = 1, log: Path | None = None
+        self, binary: Path, model: Path, *, slots: int = 4, ctx: int = 4096, threads: int = 1, log: Path | None = None,
+        extra: tuple[str, ...] = (),
     ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -66,7 +67,7 @@ class LlamaServer:
         args = [
             str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
             "-np", str(slots), "-c", str(ctx), "-t", str(threads), "--seed", str(SEED), "--metrics", "--slots",
-            "--no-webui",
+            "--no-webui", *extra,
         ]  # fmt: skip
         self._log = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)

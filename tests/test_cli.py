@@ -91,3 +91,37 @@ def test_check_runs_the_suite_fixtures():
 def test_delegated_subcommands_parse_their_own_options(sub):
     r = cli(sub, "--help")
     assert r.returncode == 0 and "--model-dir" in r.stdout
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("deepseek_v4", "deepseek_v4"), ("glm5", "glm47"), ("kimi_k2", "kimi_k2"),
+                                           ("gemma4", "gemma4")])  # fmt: skip
+def test_check_takes_the_suites_tokenizer_names(tmp_path, name, fmt):
+    """A fixture's `tokenizer: deepseek_v4` is the suite's short name for deepseek/v4 (chatsieve.testdata.TOKENIZERS):
+    `chatsieve check --models DIR` runs token mode with it. A spelled segment is checked in token mode only, so
+    the case whose expectation is wrong fails there, and only there."""
+    import models
+
+    f = tmp_path / "mine.yaml"
+    f.write_text(
+        f"format: {fmt}\ntokenizer: {name}\nthinking: false\ncases:\n"
+        "  - name: right\n    segments: [{text: 'It is sunny.', spelled: true}]\n    expect: {content: 'It is sunny.'}\n"
+        "  - name: wrong\n    segments: [{text: 'It is sunny.', spelled: true}]\n    expect: {content: 'Rain.'}\n"
+    )
+    r = cli("check", "--models", str(models.models_dir()), str(f))
+    assert "token mode skipped" not in r.stderr, r.stderr
+    assert r.returncode == 1 and "1 passed, 1 failed" in r.stdout, r.stdout + r.stderr
+    fail = next(line for line in r.stdout.splitlines() if line.startswith("FAIL"))
+    assert "mine.yaml::wrong [tokens/" in fail, fail
+
+
+def test_every_fixture_tokenizer_is_a_known_name():
+    """The short names the fixtures give are the ones the library resolves (one mapping)."""
+    import yaml
+
+    from chatsieve.testdata import TOKENIZERS
+
+    names = set()
+    for p in (ROOT / "tests" / "fixtures").rglob("*.yaml"):
+        doc = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        names |= {c["tokenizer"] for c in [doc, *doc.get("cases", [])] if isinstance(c, dict) and c.get("tokenizer")}
+    assert names and names <= set(TOKENIZERS), names - set(TOKENIZERS)

@@ -70,6 +70,8 @@ PLACED: dict[str, str | set[str]] = {
     # the R1 distills as llama.cpp carries them close the block unless asked: R1 or V3
     f"{L}deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja": {"deepseek_r1", "deepseek_v3"},
     f"{L}deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja": {"deepseek_r1", "deepseek_v3"},
+    # llama.cpp's own R1 template (its Jinja makes a list of `tools | map(...)` before `tojson`)
+    f"{L}llama-cpp-deepseek-r1.jinja": "deepseek_r1",
     f"{L}deepseek-ai-DeepSeek-V3.1.jinja": "deepseek_v31",
     f"{L}deepseek-ai-DeepSeek-V3.2.jinja": "deepseek_v32",
     f"{L}deepseek-ai-DeepSeek-V4.jinja": "deepseek_v4",
@@ -115,12 +117,15 @@ PLACED: dict[str, str | set[str]] = {
 # templates no registered format writes: None, with the nearest formats named
 NOT_PLACED = {
     f"{L}upstage-Solar-Open-100B.jinja": "Solar Open's `<|tool_call:begin|>` syntax: no format",
+    # Unsloth's edit: no tools, no calls; qwen3, hermes and think all read its turns, and which call
+    # syntax SmolLM3 writes (upstream: `<tool_call>` JSON or `<code>` pythonic) it does not show
     f"{L}HuggingFaceTB-SmolLM3-3B.jinja": "writes no call markup and is like no known template",
     f"{L}microsoft-Phi-3.5-mini-instruct.jinja": "no tool syntax",
     f"{L}llama-cpp-rwkv-world.jinja": "no tool syntax",
+    # phi4_mini reads its `functools[…]` calls (given the `functions` and `datetime` it renders with), but
+    # not a call after content nor Llama 3's `<|eot_id|>`; no request carries those variables
     f"{L}fireworks-ai-llama-3-firefunction-v2.jinja": "needs its own `functions` variable; no format",
     f"{L}CohereForAI-c4ai-command-r-plus-tool_use.jinja": "Command R+'s older tool syntax: no format",
-    f"{L}llama-cpp-deepseek-r1.jinja": "llama.cpp's own R1 template: jinja2 cannot render it (tojson of a generator)",
 }
 
 
@@ -289,3 +294,12 @@ def test_formats_detect_names_the_nearest_when_nothing_places_it(capsys):
     assert main(["formats", "--detect", str(_path(f"{L}upstage-Solar-Open-100B.jinja")), "--json"]) == 1
     out = __import__("json").loads(capsys.readouterr().out)
     assert out["format"] is None and out["problem"] and len(out["candidates"]) == 5
+
+
+def test_tojson_takes_what_a_filter_chain_leaves():
+    """`tools | map(attribute='function') | tojson` (llama.cpp's own templates): Jinja's map gives a
+    generator, which `tojson` writes as the list of its items."""
+    from chatsieve.jinja_env import render_template
+
+    src = "{{ tools | map(attribute='function') | tojson }}|{{ [1, 2] | select('odd') | tojson }}"
+    assert render_template(src, {"tools": [{"function": {"name": "f"}}]}) == '[{"name": "f"}]|[1]'

@@ -97,6 +97,8 @@ def test_every_bad_field_is_named():
     ({"name": "x", "strip": ["<x>"] * 40}, "more than 32"),
     ({"name": "x", "reasoning": {"close": ["</t>"]}}, "starts_inside"),
     ({"name": "x", "calls": {"codec": "json_call", "open": ["<c>"], "grammar": "regex"}}, "calls.grammar"),
+    ({"name": "x", "calls": {"codec": "xml_kv", "open": ["<c>"], "syntax": {
+        "key_open": "<k>", "key_close": "</k>", "value_close": "</v>", "type_open": "<t>"}}}, "type_open and type_close"),
 ])  # fmt: skip
 def test_refused(doc, needle):
     assert needle in _problems(doc)
@@ -172,3 +174,20 @@ def test_the_docs_example_family_runs(tmp_path):
     out = subprocess.run([sys.executable, "-m", "chatsieve.cli", *argv[1:]], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip().endswith("1 passed, 0 failed"), out.stdout + out.stderr
+
+
+def test_a_type_tag_pair_is_read_as_k2_horizons():
+    """`type_open`/`type_close` in a file: the same syntax as K2-Horizon's built-in XML body, and calls read alike."""
+    from chatsieve import parse
+    from chatsieve.args.k2_horizon import K2_HORIZON_SYNTAX as K2
+
+    syntax = {k: getattr(K2, k) for k in ("call_open", "call_close", "key_open", "key_close", "value_open", "value_close",
+                                          "type_open", "type_close")}  # fmt: skip
+    syntax |= {"name_close": [], "structural": list(K2.structural), "openers": list(K2.openers), "closers": list(K2.closers)}
+    spec = parse_format({"name": "k2_file", "calls": {"codec": "xml_kv", "open": ["<ifm|tool_call>"],
+                                                      "close": ["</ifm|tool_call>"], "syntax": syntax}}, "k2.json")
+    assert spec.codec.syntax == K2
+    text = "<ifm|tool_call>f<ifm|arg_key>n</ifm|arg_key><ifm|arg_type>integer</ifm|arg_type><ifm|arg_value>7</ifm|arg_value></ifm|tool_call>"
+    tools = [{"name": "f", "parameters": {"type": "object", "properties": {"n": {"type": "string"}}}}]
+    (call,) = parse(text, spec, tools=tools).tool_calls
+    assert (call.name, call.arguments) == ("f", '{"n":"7"}')

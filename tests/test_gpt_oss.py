@@ -180,3 +180,66 @@ def test_token_mode_fuzz(tok, data):
         for field in ("content", "reasoning"):
             for m in GPT_OSS.delimiters:
                 assert m not in (msg[field] or "")
+
+
+def _prompt(tok, messages, **kw):
+    from chatsieve import render_prompt
+
+    return render_prompt(messages, tokenizer=tok, template=models.model_path("gpt-oss/chat_template.jinja"),
+                         tools=TOOLS, format="gpt_oss", **kw)  # fmt: skip
+
+
+PREAMBLE_TURN = {
+    "role": "assistant", "reasoning_content": "Need the weather.", "content": "Let me check.",
+    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"days": 2}'}}],
+}  # fmt: skip
+RESULT = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+
+
+def test_a_preamble_turn_renders_as_the_model_wrote_it_and_parses_back(tok):
+    """Analysis, a commentary preamble (Codex's system prompt asks for them), then the call: the
+    template alone refuses text beside reasoning, or takes the text for the analysis."""
+    ask = [{"role": "user", "content": "Weather?"}]
+    prompt = _prompt(tok, ask)
+    full = _prompt(tok, [*ask, PREAMBLE_TURN, RESULT])
+    assert full.token_ids[: len(prompt.token_ids)] == prompt.token_ids
+    written = full.text[len(prompt.text) : full.text.index("<|call|>") + len("<|call|>")]
+    assert written == (
+        "<|channel|>analysis<|message|>Need the weather.<|end|>"
+        "<|start|>assistant<|channel|>commentary<|message|>Let me check.<|end|>"
+        '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"days": 2}<|call|>'
+    )
+    msg = parse(token_ids=tok.encode(written), format="gpt_oss", tokenizer=tok, prompt=prompt.text, tools=TOOLS)
+    assert (msg.reasoning, msg.content, [c.name for c in msg.tool_calls]) == (
+        "Need the weather.", "Let me check.", ["get_weather"])  # fmt: skip
+    # the result header still names the function
+    assert "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>" in full.text
+
+
+def test_a_preamble_stays_once_the_analysis_is_dropped(tok):
+    """After a final answer the template drops earlier analysis (chain of thought is not kept); the
+    preamble is text the user saw, and stays."""
+    final = {"role": "assistant", "content": "Sunny."}
+    text = _prompt(tok, [{"role": "user", "content": "Weather?"}, PREAMBLE_TURN, RESULT, final,
+                         {"role": "user", "content": "Thanks"}]).text  # fmt: skip
+    assert "Need the weather." not in text
+    assert "<|start|>assistant<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant to=" in text
+
+
+def test_a_late_system_message_is_a_developer_message_where_it_arrived(tok):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather?"},
+                {"role": "system", "content": "# Environment\ncwd: /work"}]  # fmt: skip
+    text = _prompt(tok, messages).text
+    assert text.index("Be brief.") < text.index("# Tools") < text.index("<|start|>user<|message|>Weather?<|end|>")
+    assert text.endswith("<|start|>user<|message|>Weather?<|end|>"
+                         "<|start|>developer<|message|># Environment\ncwd: /work<|end|><|start|>assistant")  # fmt: skip
+
+
+def test_delimiters_in_a_preamble_or_a_late_system_message_stay_text(tok):
+    turn = {**PREAMBLE_TURN, "content": "Let me <|call|> check <|end|>."}
+    messages = [{"role": "user", "content": "Weather?"}, {"role": "system", "content": "note <|start|>"}, turn, RESULT]
+    p = _prompt(tok, messages)
+    plain = _prompt(tok, messages, isolate_markers=False)
+    assert p.text == plain.text and len(p.isolated_spans) == 3
+    assert p.token_ids.count(IDS["<|call|>"]) == 1 and p.token_ids.count(IDS["<|start|>"]) == plain.token_ids.count(
+        IDS["<|start|>"]) - 1  # fmt: skip

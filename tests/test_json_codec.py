@@ -11,6 +11,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from models import DEV_INSTALL, require_module
 
 import chatsieve._json as fast
 
@@ -61,10 +62,14 @@ def test_raw_json_is_spliced_as_it_is(codec):
     assert out == std.dumps({**value, "logprobs": std.Raw(raw.data), "nested": [std.Raw(b"{}"), 2**70]})
 
 
-@pytest.mark.skipif(fast.orjson is None, reason="orjson is not installed (the server extra brings it)")
+@pytest.fixture(scope="module")
+def with_orjson():
+    require_module("orjson", DEV_INSTALL)  # the server extra brings it; skips (fails under CI) without
+
+
 @settings(max_examples=300, deadline=None)
 @given(value=values)
-def test_orjson_and_the_fallback_write_the_same_bytes(value):
+def test_orjson_and_the_fallback_write_the_same_bytes(with_orjson, value):
     assert fast.dumps(value) == std.dumps(value)
     assert std.loads(fast.dumps(value)) == value
     if not _has_huge_int(value):  # orjson reads an integer beyond 64 bits as a float

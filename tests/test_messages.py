@@ -82,3 +82,34 @@ def test_server_request_keeps_the_normalised_messages():
     )
     assert req.messages == [{"role": "system", "content": "x"},
                             {"role": "assistant", "content": "", "tool_calls": [CALL]}]
+
+
+def _results_of(*ids: str) -> list[dict]:
+    return [{"role": "tool", "tool_call_id": i, "content": f"result of {i}"} for i in ids]
+
+
+def _calls(*ids: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [{**CALL, "id": i} for i in ids]}
+
+
+def test_tool_results_follow_the_order_of_their_calls():
+    from chatsieve.messages import order_tool_results
+
+    user = {"role": "user", "content": "go"}
+    got = order_tool_results([user, _calls("a", "b", "c"), *_results_of("c", "a", "b"), user,
+                              _calls("d", "e"), *_results_of("e", "d")])  # fmt: skip
+    assert [m.get("tool_call_id") for m in got] == [None, None, "a", "b", "c", None, None, "d", "e"]
+    # a result without an id (the deprecated function role) keeps its place after those with one
+    legacy = {"role": "tool", "name": "get_weather", "content": "x"}
+    got = order_tool_results([user, _calls("a", "b"), legacy, *_results_of("b", "a")])
+    assert [m.get("tool_call_id") for m in got[2:]] == ["a", "b", None]
+
+
+@pytest.mark.parametrize("bad", [["x"], ["a", "x"]])
+def test_a_result_for_a_call_never_made_is_refused(bad):
+    from chatsieve.messages import order_tool_results
+
+    with pytest.raises(MessageError, match=r"tool call 'x', which the assistant turn before it did not make"):
+        order_tool_results([{"role": "user", "content": "go"}, _calls("a"), *_results_of(*bad)])
+    with pytest.raises(MessageError, match="its calls: none"):
+        order_tool_results([{"role": "user", "content": "go"}, *_results_of("a")])

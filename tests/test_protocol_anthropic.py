@@ -109,7 +109,11 @@ def test_thinking_sets_the_switches_and_the_budget():
     assert on.template_kwargs["enable_thinking"] is True and on.template_kwargs["thinking"] is True
     off = parse(messages=msgs, thinking={"type": "disabled"})
     assert off.thinking is False and off.reasoning_budget is None
-    assert parse(messages=msgs, thinking={"type": "adaptive", "display": "updates"}).thinking is None
+    # adaptive (Claude Code's) is on; absent is off, as Anthropic's API means it
+    assert parse(messages=msgs, thinking={"type": "adaptive", "display": "updates"}).thinking is True
+    assert parse(messages=msgs).thinking is False
+    own = parse(messages=msgs, chat_template_kwargs={"enable_thinking": True})  # the request's own switch stays
+    assert own.thinking is True
 
 
 @pytest.mark.parametrize(
@@ -118,7 +122,7 @@ def test_thinking_sets_the_switches_and_the_budget():
         ([{"type": "image", "source": {}}], "messages[0].content[0]: 'image' blocks are not supported"),
         ([{"type": "text", "text": "a"}, {"type": "document", "source": {}}], "messages[0].content[1]: 'document'"),
         ([{"type": "tool_use", "id": "x", "name": "f", "input": {}}], "'tool_use' blocks are not supported in a user"),
-        ([{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}], "content[0].content[0]"),
+        ([{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "tool_use"}]}], "content[0].content[0]"),
         ([{"no": "type"}], "must be a block object"),
     ],
 )

@@ -354,6 +354,70 @@ def test_a_schema_the_call_grammar_cannot_express_goes_as_a_json_call_list(serve
     jsonschema.validate(json.loads(got["calls"][0][1]), schema)
 
 
+# ---------------------------------------------------------------- strict tools: lazy grammars; cached tokens
+
+
+@pytest.mark.parametrize("family", ["qwen3", "glm47", "gpt_oss"])
+def test_llama_server_takes_every_lazy_grammar_chatsieve_sends(engine, family):
+    """Each strict-tool request shape chatsieve sends llama.cpp (tests/test_strict_shapes.py's tool
+    sets, parallel on and off), as its backend builds it: a 200 from the real llama-server. The
+    families' control-token ids are valid ids of Gemma 3's larger vocabulary."""
+    from test_strict_shapes import _shapes
+
+    from chatsieve.server.backends import GenerationRequest, llamacpp_payload
+
+    sent = 0
+    for fam, name, parallel, _, c in _shapes("llamacpp"):
+        if fam != family or c is None:
+            continue
+        body = llamacpp_payload(GenerationRequest([2], max_tokens=1, constraint=c), None)
+        assert body["grammar_lazy"] is True and body["grammar_triggers"]
+        r = httpx.post(engine.url + "/completion", json={**body, "stream": False}, timeout=60)
+        assert r.status_code == 200, (name, parallel, r.text)
+        sent += 1
+    assert sent >= 8
+
+
+def test_llama_server_refuses_the_lazy_shapes_the_stand_in_refuses(engine):
+    """What tests/strict_engine.py holds llama-server to, tried on the real one: a trigger word that
+    is one token must be a preserved token, and an empty trigger list is a 400; both given is a 200."""
+    base = {"prompt": [2], "n_predict": 1, "grammar": 'root ::= "<start_of_turn>" "x"', "grammar_lazy": True}
+    word = [{"type": 1, "value": "<start_of_turn>"}]  # one token in Gemma 3's vocabulary
+    r = httpx.post(engine.url + "/completion", json={**base, "grammar_triggers": word}, timeout=60)
+    assert r.status_code == 400 and "preserved token" in r.text
+    r = httpx.post(engine.url + "/completion", json={**base, "grammar_triggers": []}, timeout=60)
+    assert r.status_code == 400 and "no triggers" in r.text
+    r = httpx.post(engine.url + "/completion", json={**base, "grammar_triggers": word,
+                                                     "preserved_tokens": ["<start_of_turn>"]}, timeout=60)  # fmt: skip
+    assert r.status_code == 200, r.text
+
+
+def test_llama_servers_cached_tokens_reach_every_route(tok, tmp_path):
+    """Prompts sharing a long prefix: llama.cpp's `timings.cache_n` reaches each API's usage
+    (chat `prompt_tokens_details.cached_tokens`, Responses `input_tokens_details.cached_tokens`,
+    Messages `cache_read_input_tokens` beside the uncached `input_tokens`). Gemma 3 attends through
+    a sliding window, whose cache llama.cpp keeps whole only with `--swa-full` (without it, every
+    prompt is processed again and `cache_n` is 0), so this engine runs with it."""
+    from three_routes import ROUTES, ask
+
+    binary, gguf = real_engine.llama_server_path(), real_engine.gguf_path()
+    system = "You answer in one short sentence about the weather. " * 12
+    with real_engine.LlamaServer(binary, gguf, slots=1, extra=("--swa-full",), log=tmp_path / "swa.log") as server:
+        cfg = ServerConfig(model_dir=models.model_path("gemma3"), format="gemma3", backend_url=server.url,
+                           backend_kind="llamacpp", served_model_name=MODEL, warm_up=False)  # fmt: skip
+        with ServerThread(create_app(cfg, tokenizer=tok)) as chatsieve_server:
+            url = chatsieve_server.url
+            first = ask("chat", url, "Write two sentences about the sea.", model=MODEL, stream=False, system=system,
+                        max_tokens=2)  # fmt: skip
+            for route in ROUTES:
+                got = ask(route, url, f"Continue: Monday, Tuesday, Wednesday ({route})", model=MODEL, stream=True,
+                          system=system, max_tokens=2)  # fmt: skip
+                assert 100 < got.cached_tokens < got.prompt_tokens, (route, got.raw_usage)
+                if route == "messages":
+                    assert got.raw_usage["input_tokens"] == got.prompt_tokens - got.cached_tokens
+    assert first.cached_tokens == 0
+
+
 # ---------------------------------------------------------------- model and tokenizer must agree
 
 

@@ -365,8 +365,8 @@ def test_count_tokens_is_the_rendered_prompt(served):
 
     body = {"model": MODEL, "system": "Be brief.", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER]}
     counted = client(url).messages.count_tokens(**body)
-    req = parse_messages_request(body, count_tokens=True).chat
-    prompt = render_prompt(req.messages, tokenizer=tok, tools=req.tools, format=family.name)
+    req = parse_messages_request(body, count_tokens=True, format=family.name).chat
+    prompt = render_prompt(req.messages, tokenizer=tok, tools=req.tools, format=family.name, **req.template_kwargs)
     assert counted.input_tokens == len(prompt.token_ids)
     without = client(url).messages.count_tokens(model=MODEL, messages=body["messages"])
     assert without.input_tokens < counted.input_tokens

@@ -12,12 +12,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatsieve import StreamParser, formats, parse
+from chatsieve.args.k2_horizon import K2_HORIZON_SYNTAX
 from chatsieve.args.xml_kv import XmlKvCodec
 from chatsieve.fixtures import normalized
+from chatsieve.formats.muse_glimmer import ATEM_SYNTAX
 
+# families whose XML body sits behind another codec or engine: its syntax, and the region's open and
+# close as the template writes them around a call (and what the output has around that region)
+OTHER = {
+    "k2_horizon": (K2_HORIZON_SYNTAX, ("<ifm|tool_calls><ifm|tool_call>", "</ifm|tool_call></ifm|tool_calls>")),
+    "muse_glimmer": (ATEM_SYNTAX, ("<atem:function_calls>\n", "</atem:function_calls>")),
+}
+AROUND = {"muse_glimmer": (" to=write_file<|message|>", "<|eot|>")}
 FAMILIES = sorted(
-    n for n in formats.names()
-    if formats.get(n).name == n and isinstance(formats.get(n).codec, type) and issubclass(formats.get(n).codec, XmlKvCodec)
+    [n for n in formats.names()
+     if formats.get(n).name == n and isinstance(formats.get(n).codec, type) and issubclass(formats.get(n).codec, XmlKvCodec)]
+    + list(OTHER)
 )  # fmt: skip
 TOOLS = [{"name": "write_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}}}]
 # what wraps a call where the region's open and close markers alone do not (Step-3's call type)
@@ -26,12 +36,14 @@ WRAP = {"step3": ("<｜tool_call_begin｜>function<｜tool_sep｜>", "<｜tool_c
 
 def test_every_xml_family_is_here() -> None:
     assert {"qwen3_coder", "step3p5", "nemotron3", "seed_oss", "glm45", "glm47", "minimax_m2", "hunyuan",
-            "deepseek_v32", "deepseek_v4", "step3", "minicpm5"} <= set(FAMILIES)  # fmt: skip
+            "deepseek_v32", "deepseek_v4", "step3", "minicpm5", "deepseek_v41", "hy_v4", "hy3_opensource", "ling3",
+            "laguna", "mimo", "qwen35", "k2_horizon", "muse_glimmer"} <= set(FAMILIES)  # fmt: skip
 
 
 def _shapes(name: str):
     spec = formats.get(name)
-    syn = spec.codec.syntax
+    syn, (r_open, r_close) = OTHER.get(name) or (spec.codec.syntax, (spec.call_open[0], spec.call_close[0]))
+    before, after = AROUND.get(name, ("", ""))
     nl = "\n" if syn.trim_newline else ""
 
     def q(s: str) -> str:
@@ -43,24 +55,26 @@ def _shapes(name: str):
     def param(k: str, v: str) -> str:
         return key(k) + syn.value_open + nl + v + nl + syn.value_close + "\n"
 
+    end_name = syn.name_close[0] if syn.name_close else ""  # HY V4: the name runs to the first key
+
     def call(value: str) -> str:
         pre, post = WRAP.get(name, ("", ""))
-        head = spec.call_open[0] + pre + syn.call_open + q("write_file") + syn.name_close[0]
-        return head + param("path", "a.txt") + param("content", value) + syn.call_close + post + spec.call_close[0]
+        head = before + r_open + pre + syn.call_open + q("write_file") + end_name
+        return head + param("path", "a.txt") + param("content", value) + syn.call_close + post + r_close + after
 
     call.params = lambda pairs: "".join(param(k, v) for k, v in pairs)  # type: ignore[attr-defined]
 
     def example(pairs, region: bool) -> str:
         pre, post = WRAP.get(name, ("", ""))
-        body = syn.call_open + q("f") + syn.name_close[0] + call.params(pairs) + syn.call_close
-        return (spec.call_open[0] + pre + body + post + spec.call_close[0]) if region else call.params(pairs)
+        body = syn.call_open + q("f") + end_name + call.params(pairs) + syn.call_close
+        return (r_open + pre + body + post + r_close) if region else call.params(pairs)
 
     call.example = example  # type: ignore[attr-defined]
     tags = [syn.value_close, syn.value_close[:-1] + "1>", key("x"), key("path"), key("content"),
-            syn.call_close, syn.call_open and syn.call_open + q("f") + syn.name_close[0], *syn.openers, *syn.closers,
+            syn.call_close, syn.call_open and syn.call_open + q("f") + end_name, *syn.openers, *syn.closers,
             syn.value_open]  # fmt: skip
     # a region's end (or the turn's) inside a value ends the region wherever it stands: not prose
-    tags = [t for t in tags if t and t not in syn.structural and t not in spec.call_close and "\n" not in t]
+    tags = [t for t in tags if t and t not in syn.structural and t != r_close and "\n" not in t]
     return call, tags
 
 

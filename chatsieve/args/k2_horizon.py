@@ -6,7 +6,6 @@ says which; a type tag is dropped (values are typed by the tool's schema)."""
 
 from __future__ import annotations
 
-from .base import CallContext
 from .dispatch import DispatchCodec
 from .json_call import JsonCallCodec
 from .xml_kv import XmlKvCodec, XmlKvSyntax
@@ -25,37 +24,20 @@ K2_HORIZON_SYNTAX = XmlKvSyntax(
     key_close=ARG_KEY_END,
     value_open=ARG_VALUE,
     value_close=ARG_VALUE_END,
+    type_open=ARG_TYPE,  # xml_typed: dropped, the schema types the value
+    type_close=ARG_TYPE_END,
     structural=(CALL_END, CALLS_END, "<|ifm|im_end|>", "<|ifm|endoftext|>"),
+    # the section and call tags the template writes around a call: inside a value, an example's
+    openers=(CALLS, CALL),
+    closers=(CALL_END, CALLS_END),
 )
 
 
 class K2HorizonXmlCodec(XmlKvCodec):
-    """xml and xml_typed bodies: a `<ifm|arg_type>…</ifm|arg_type>` tag is dropped whole."""
+    """xml and xml_typed bodies: a `<ifm|arg_type>…</ifm|arg_type>` between a key and its value
+    is dropped whole; inside a value (an example's) it is the value's text."""
 
     syntax = K2_HORIZON_SYNTAX
-
-    def __init__(self, ctx: CallContext) -> None:
-        super().__init__(ctx)
-        self._in_type = False
-
-    def feed(self, text: str) -> int:
-        if self._in_type:
-            return len(text)  # the type's text: the schema types the value
-        return super().feed(text)
-
-    def marker(self, marker: str) -> bool:
-        if marker == ARG_TYPE:
-            self._in_type = True
-            return True
-        if marker == ARG_TYPE_END:
-            self._in_type = False
-            return True
-        if self._in_type and marker not in self.syntax.structural:
-            return True
-        return super().marker(marker)
-
-    def plain(self, text: str) -> str | None:
-        return None if self._in_type else super().plain(text)
 
 
 def _choose(head: str):

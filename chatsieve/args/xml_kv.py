@@ -52,6 +52,8 @@ _DRIFT = re.compile(r"[\w.:-]{1,8}>")  # what a mistyped VALUE_CLOSE has after i
 OUTSIDE, NAME, ARGS, KEY, PRE_VALUE, VALUE = "outside", "name", "args", "key", "pre-value", "value"
 RECOVER, ENDED = "recover", "ended"  # after a malformed call; after a tentative region's call
 PEEK = "peek"  # a tag inside a value, held until what follows says whether it counts
+TYPE = "type"  # between `type_open` and `type_close` (before VALUE_OPEN): dropped
+_OPEN, _IN, _AFTER = range(3)  # a repeated value's read-ahead: before the value, in it, after its close
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,10 @@ class XmlKvSyntax:
     # the region's own open and close markers: inside a value they open and close an example
     openers: tuple[str, ...] = ()
     closers: tuple[str, ...] = ()
+    # a tag pair the template may write between a key's close and VALUE_OPEN, dropped with its text
+    # (K2-Horizon's `<ifm|arg_type>T</ifm|arg_type>`: the tool's schema types the value)
+    type_open: str = ""
+    type_close: str = ""
 
     @cached_property
     def drift(self) -> str:
@@ -85,7 +91,7 @@ class XmlKvSyntax:
         """Every tag of the call syntax."""
         return frozenset(
             t for t in (self.call_open, *self.name_close, self.call_close, self.key_open, self.key_close,
-                        self.value_open, self.value_close) if t
+                        self.value_open, self.value_close, self.type_open, self.type_close) if t
         )
 
     @cached_property
@@ -98,7 +104,8 @@ class XmlKvSyntax:
             NAME: name_stops,
             ARGS: (self.key_open, self.call_close),
             KEY: (self.key_close, self.call_open),
-            PRE_VALUE: (self.value_open,) if self.value_open else (),
+            PRE_VALUE: (self.value_open, self.type_open) if self.value_open else (),
+            TYPE: (self.type_close,),
             VALUE: (self.value_close, self.key_open, self.call_close, self.call_open, self.drift, *self.openers,
                     *self.closers),
             RECOVER: (self.call_open, self.call_close),
@@ -139,6 +146,21 @@ class XmlKvSyntax:
             pre = frozenset(s[:i] for s in v for i in range(1, len(s)))
             out[k] = (pre, max((len(p) for p in pre), default=0))
         return out
+
+
+def _line(line: bool, s: str) -> bool:
+    """Whether text so far still stands alone on its line (only spaces and tabs since its last
+    line break; `line` for the text before `s`)."""
+    nl = s.rfind("\n")
+    return (line if nl < 0 else True) and not s[nl + 1 :].strip(" \t")
+
+
+def _skip_ws(buf: str, q: int) -> int:
+    """Past the whitespace at `q` (at most _MAX_GAP characters of it)."""
+    p = q
+    while q < len(buf) and buf[q] in _WS and q - p <= _MAX_GAP:
+        q += 1
+    return q
 
 
 def _dump(v: Any) -> str:
@@ -197,6 +219,9 @@ class XmlKvCodec(RegionCodec):
         self._cur_key = ""  # the parameter whose value is being read
         self._given: set[str] = set()  # the parameters the current call has so far
         self._peek_tag = ""  # PEEK: the tag inside the value being decided
+        self._peeks = 0  # PEEKs so far: the read-ahead below belongs to one
+        self._peek_at = 0  # where the held tag starts in the text `_peek` reads
+        self._look: list | None = None  # a repeat's read-ahead, where it stopped (`_repeat`)
         # token mode, VALUE_CLOSE a control token: a tag spelled inside a value is its text
         self._value_gated = self.syntax.value_close in ctx.gated
 
@@ -282,7 +307,7 @@ class XmlKvCodec(RegionCodec):
             if self.syntax.call_close:  # a missing CALL_CLOSE is tolerated at the region's end
                 self.ops.append(Junk("", f"no {self.syntax.call_close}: the call ends with its region (repaired)"))
             self._call_done()
-        elif st in (NAME, ARGS, KEY, PRE_VALUE, VALUE):
+        elif st in (NAME, ARGS, KEY, PRE_VALUE, TYPE, VALUE):
             if truncated:
                 self.fail("the output ended inside the call", truncated=True)
             else:
@@ -406,6 +431,7 @@ class XmlKvCodec(RegionCodec):
         else:
             self._peek_tag = tag
             self._peek_line = self._v_line
+            self._peeks += 1
             self._st = PEEK
             return m.start()
         self._tag_text(tag)
@@ -415,6 +441,7 @@ class XmlKvCodec(RegionCodec):
         """Whether the tag at `i`, inside a value, counts (None: not clear yet)."""
         syn = self.syntax
         tag = self._peek_tag
+        self._peek_at = i
         j = i + len(tag)
         if tag == syn.key_open and tag != syn.value_close:
             return self._next_key(buf, j, final, missing_close=True)
@@ -493,41 +520,67 @@ class XmlKvCodec(RegionCodec):
         is followed by the call's next parameter or end; an example the value holds (False:
         all of it is the value's text) when anything else follows. Further repeats are read
         through. At most _MAX_LOOK characters are read ahead: past them it stays ambiguous
-        (reported), and the value is kept whole."""
+        (reported), and the value is kept whole.
+
+        Undecided (None), the read-ahead keeps where it stopped (`_look`, places counted from
+        the held tag's start, which stays the held text's start): the next delta goes on from
+        there, so a value streamed in small deltas is read once, not once per delta."""
         syn = self.syntax
         n = len(buf)
+        base = self._peek_at
+        look = self._look
+        if look is None or look[0] != self._peeks or look[1] != p - base:
+            look = self._look = [self._peeks, p - base, p - base, _OPEN, True]  # PEEK, key end, place, phase, line
         limit = p + _MAX_LOOK
         pat = syn.patterns[VALUE]
-        q = p
+        q, phase, line = base + look[2], look[3], look[4]
+
+        def held() -> None:  # not clear yet: go on from q next time
+            look[2:] = [q - base, phase, line]
+
         while True:
-            if syn.value_open:  # GLM, Hunyuan: `<arg_value>` before the value
-                while q < n and buf[q] in _WS and q - p <= _MAX_GAP:
-                    q += 1
-                if not buf.startswith(syn.value_open, q):
-                    return None if not final and syn.value_open.startswith(buf[q:]) else False
-                q += len(syn.value_open)
-            line = True  # where the repeated value starts
-            while True:
-                m = pat.search(buf, q, limit)
-                if m is None:
-                    if n < limit:
-                        return True if final else None
-                    why = (f"{self._cur_key!r}: a parameter the call has opens again inside the value, and nothing "
-                           f"within {_MAX_LOOK} characters tells a repeat from an example: kept as the value's text")
-                    self.ops.append(Junk("", why))
-                    return False
-                between = buf[q : m.start()]
-                nl = between.rfind("\n")
-                line = (line if nl < 0 else True) and not between[nl + 1 :].strip(" \t")
-                q = m.end()
-                if m.group() == syn.value_close:
-                    break
-                line = False
-            k = q
-            while k < n and buf[k] in _WS and k - q <= _MAX_GAP:
-                k += 1
+            if phase == _OPEN:
+                if syn.value_open:  # GLM, Hunyuan: `<arg_value>` before the value
+                    v = _skip_ws(buf, q)
+                    if syn.type_open and buf.startswith(syn.type_open, v):  # K2-Horizon's type tag
+                        e = buf.find(syn.type_close, v, v + _MAX_HEAD)
+                        if e < 0:
+                            return held() if not final and n - v < _MAX_HEAD else False
+                        v = _skip_ws(buf, e + len(syn.type_close))
+                    if not buf.startswith(syn.value_open, v):
+                        opens = (syn.value_open, syn.type_open)
+                        return held() if not final and any(t and t.startswith(buf[v:]) for t in opens) else False
+                    q = v + len(syn.value_open)
+                phase, line = _IN, True  # where the repeated value starts
+            if phase == _IN:
+                while True:
+                    m = pat.search(buf, q, limit)
+                    if m is None:
+                        if n >= limit:
+                            why = (f"{self._cur_key!r}: a parameter the call has opens again inside the value, and "
+                                   f"nothing within {_MAX_LOOK} characters tells a repeat from an example: kept as "
+                                   "the value's text")
+                            self.ops.append(Junk("", why))
+                            return False
+                        if final:
+                            return True
+                        cut = max(q, n - syn.prefixes[VALUE][1])  # a stop may still begin in the tail
+                        line = _line(line, buf[q:cut])
+                        q = cut
+                        return held()
+                    if m.end() == n and not final and m.group() in syn.extendable:
+                        line = _line(line, buf[q : m.start()])  # `</parameter` may become `</parameter>`
+                        q = m.start()
+                        return held()
+                    line = _line(line, buf[q : m.start()])
+                    q = m.end()
+                    if m.group() == syn.value_close:
+                        break
+                    line = False
+                phase = _AFTER
+            k = _skip_ws(buf, q)
             if k == n:
-                return True if final else None
+                return True if final else held()
             gap = buf[q:k]
             if gap and "\n" not in gap and not line:
                 return False
@@ -535,14 +588,14 @@ class XmlKvCodec(RegionCodec):
                 return True
             if not buf.startswith(syn.key_open, k):
                 nxt = (syn.call_close, syn.key_open)
-                return None if not final and any(t and t.startswith(buf[k : k + len(t)]) for t in nxt) else False
+                return held() if not final and any(t and t.startswith(buf[k : k + len(t)]) for t in nxt) else False
             e = buf.find(syn.key_close, k, k + _MAX_HEAD)
             if e < 0:
-                return None if not final and n - k < _MAX_HEAD else False
+                return held() if not final and n - k < _MAX_HEAD else False
             raw = buf[k + len(syn.key_open) : e].strip(_WS)
             if (self._unquote(raw)[0] if syn.quoted else raw) not in self._given:
                 return True  # the call's next parameter
-            q = e + len(syn.key_close)  # another repeat: read its value too
+            q, phase = e + len(syn.key_close), _OPEN  # another repeat: read its value too
 
     def _text(self, s: str) -> None:
         if not s:
@@ -558,8 +611,8 @@ class XmlKvCodec(RegionCodec):
                 self._err("no valid function name")
         elif st in (OUTSIDE, ENDED):
             self._junk.append(s)
-        elif st == RECOVER:
-            pass  # part of the failed call: the engine reports its raw text
+        elif st in (RECOVER, TYPE):
+            pass  # part of the failed call (the engine reports its raw text); a value's type tag
         elif s.strip(_WS):
             self._err(f"unexpected text {s.strip(_WS)[:40]!r} in the call")
 
@@ -604,6 +657,10 @@ class XmlKvCodec(RegionCodec):
                 self._st = PRE_VALUE if syn.value_open else VALUE
                 if not syn.value_open:
                     self._value_begin()
+        elif st == PRE_VALUE and t == syn.type_open:
+            self._st = TYPE
+        elif st == TYPE:
+            self._st = PRE_VALUE
         elif st == PRE_VALUE:
             self._st = VALUE
             self._value_begin()

@@ -145,8 +145,7 @@ COHERE_COMMAND = FormatSpec(
         "cohere_command3",
         "cohere_command4",
         "cohere-command",
-        "command-r",
-    ),
+    ),  # not "command-r": Command R (08-2024) and R+ write `Action: ```json` lists, which this does not read
     reasoning_open=("<|START_THINKING|>",),
     reasoning_close=("<|END_THINKING|>",),
     default_thinking=False,  # the reasoning models open the block themselves

@@ -73,6 +73,9 @@ DSML_V41_SYNTAX = dataclasses.replace(
     key_open=f"<{DSML} parameter name=",
     value_close=f"</{DSML} parameter>",
     structural=(f"</{DSML} calls>", "<｜end▁of▁sentence｜>"),
+    # its own block (V4's unspaced blocks are no V4.1 markup): inside a value, an example's
+    openers=(f"<{DSML} calls>",),
+    closers=(f"</{DSML} calls>",),
 )
 
 DEEPSEEK_V41 = dataclasses.replace(
@@ -85,6 +88,8 @@ DEEPSEEK_V41 = dataclasses.replace(
     call_close=(f"</{DSML} calls>",),
     codec=xml_kv_codec("DsmlV41CallCodec", DSML_V41_SYNTAX),
     inner=(DSML_V41_SYNTAX.value_close, DSML_V41_SYNTAX.key_open, DSML_V41_SYNTAX.call_close),
+    # outside a block its spaced tags are text the model wrote, as V4's are
+    literal_outside=(DSML_V41_SYNTAX.value_close, DSML_V41_SYNTAX.key_open, DSML_V41_SYNTAX.call_close),
     end=("<｜end▁of▁sentence｜>", "<｜User｜>"),
     template=None,  # V4.1 ships a Python encoder, no Jinja template
     reasoning_doc="`<think>…</think>`, on by default (the prompt opens it; its chat prompt closes it)",

@@ -31,6 +31,9 @@ ATEM_SYNTAX = XmlKvSyntax(
     value_close="</atem:parameter>",
     quoted=True,
     structural=(CALLS_CLOSE,),  # a turn or message end inside a value is held (the engine decides)
+    # the block the template writes around the invokes: inside a value, an example's
+    openers=(CALLS_OPEN,),
+    closers=(CALLS_CLOSE,),
 )
 _AtemXml = xml_kv_codec("AtemXmlCodec", ATEM_SYNTAX)
 

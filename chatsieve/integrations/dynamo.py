@@ -59,6 +59,7 @@ from ..parser import StreamParser
 from ..preparation import (
     check_vocabulary_bounds,
     model_context_length,
+    parser_prompt,
     plan_request_constraint,
     render_request_prompt,
 )
@@ -406,7 +407,7 @@ class ChatsieveChatEngine:
             self.format,
             tools=tools,
             thinking=req.thinking,
-            prompt=prompt.text,
+            prompt=parser_prompt(prompt, format=self.format, tokenizer=self.tokenizer),
             tokenizer=self.tokenizer,
             stop=list(req.stop) or None,
             stop_token_ids=self.stop_token_ids,

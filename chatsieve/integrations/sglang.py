@@ -55,7 +55,7 @@ from .. import formats
 from ..detect import AUTO, resolve
 from ..events import ContentDelta, Event, ToolCallEnd
 from ..parser import StreamParser, parse
-from ..preparation import render_request_prompt
+from ..preparation import parser_prompt, render_request_prompt
 from ..protocols.common import ChatRequest, RequestError, ToolCallFilter, runs
 from ..protocols.openai_chat import parse_chat_request
 from .hf_tokenizer import chatsieve_tokenizer, prompt_tail, stream_arguments_from_env
@@ -437,7 +437,8 @@ class ChatsieveChatEncodingAdapter:
             prompt = render_request_prompt(req, tokenizer=self.tokenizer, format=self.format, context=None)
         except RequestError as e:
             raise ValueError(e.message) from None  # SGLang answers a ValueError with its 400
-        setattr(request, _RENDERED_ATTR, Rendered(req, prompt.text))
+        text = parser_prompt(prompt, format=self.format, tokenizer=self.tokenizer)  # never caller text's markers
+        setattr(request, _RENDERED_ATTR, Rendered(req, text))
         return list(prompt.token_ids)
 
     def _session(self, request: Any) -> OutputSession:

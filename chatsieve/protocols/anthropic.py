@@ -33,8 +33,9 @@ from typing import Any
 
 from chatsieve._json import dumps
 from chatsieve.events import Event, ToolCallStart
-from chatsieve.messages import MessageError, normalize_messages
+from chatsieve.messages import MessageError, normalize_messages, order_tool_results
 from chatsieve.protocols.common import (
+    THINKING_SWITCHES,
     ChatRequest,
     Fields,
     Outcome,
@@ -46,6 +47,8 @@ from chatsieve.protocols.common import (
     check_json_depth,
     left_out_headers,
     max_tokens_ceiling,
+    media_placeholder,
+    reasoning_switches,
     runs,
     stop_strings,
 )
@@ -71,11 +74,11 @@ ERROR_TYPES = {
     529: "overloaded_error",
 }
 
-# The templates' thinking switches (Qwen3, GLM, Gemma 4: enable_thinking; DeepSeek V3.1/V3.2: thinking)
-THINKING_SWITCHES = ("enable_thinking", "thinking")
+_EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}
 _TEXT_BLOCKS = frozenset({"text"})
+_MEDIA_BLOCKS = frozenset({"image", "document"})  # in a tool result: a placeholder text
 
 
 def error_type(status: int) -> str:
@@ -83,9 +86,13 @@ def error_type(status: int) -> str:
     return ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
 
 
-def error_body(message: str, status: int = 400) -> dict:
-    """Anthropic's error shape: ``{"type": "error", "error": {"type", "message"}}``."""
-    return {"type": "error", "error": {"type": error_type(status), "message": message}}
+def error_body(message: str, status: int = 400, details: dict | None = None) -> dict:
+    """Anthropic's error shape: ``{"type": "error", "error": {"type", "message"}}`` (and the
+    ``details`` the SDK reads, where there are some)."""
+    error: dict[str, Any] = {"type": error_type(status), "message": message}
+    if details:
+        error["details"] = details
+    return {"type": "error", "error": error}
 
 
 # ---------------------------------------------------------------- tool-use ids
@@ -143,20 +150,24 @@ class MessagesRequest(ParsedRequest):
 
 
 def parse_messages_request(
-    body: Any, limits: RequestLimits | None = None, *, count_tokens: bool = False
+    body: Any, limits: RequestLimits | None = None, *, count_tokens: bool = False, format: str | None = None
 ) -> MessagesRequest:
     """Validate a decoded ``/v1/messages`` body (or a ``count_tokens`` one, which has no
-    ``max_tokens`` and is never streamed); RequestError (HTTP 400) naming the bad field."""
+    ``max_tokens`` and is never streamed); RequestError (HTTP 400) naming the bad field.
+    `format` (the served family) decides what the thinking switch and effort become."""
     limits = limits or RequestLimits()
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object")
     check_json_depth(body, limits.max_json_depth)
     get = Fields(body)
+    if get.value("thread") is not None:
+        raise thread_refusal()
 
     model = get.value("model")
     if not isinstance(model, str) or not model:
         raise RequestError("'model' is required: the model's name, a string", param="model")
-    max_tokens = get.integer("max_tokens", minimum=1, maximum=max_tokens_ceiling(limits))
+    # above the room the prompt leaves, it is lowered to that room (ChatRequest.fit_max_tokens)
+    max_tokens = get.integer("max_tokens", minimum=1, maximum=max_tokens_ceiling(limits, fit=True))
     if max_tokens is None and not count_tokens:
         raise RequestError("'max_tokens' is required: the most tokens to generate", param="max_tokens")
 
@@ -164,14 +175,15 @@ def parse_messages_request(
     raw = get.value("messages")
     if not isinstance(raw, list) or not raw:
         raise RequestError("'messages' must be a non-empty array", param="messages")
+    media: list[str] = []  # images and documents in tool results, left out of the prompt
     for i, m in enumerate(raw):
-        messages += _message(m, i)
+        messages += _message(m, i, media)
     try:
-        messages = normalize_messages(messages)
-    except MessageError as e:  # not expected: the blocks were checked above
-        raise RequestError(str(e), param=e.param) from None
+        messages = order_tool_results(normalize_messages(messages))
+    except MessageError as e:  # a result for a call the turn before did not make
+        raise RequestError(str(e), param="messages") from None
 
-    tools, left_out = _tools(get.value("tools"))
+    tools, left_out, strict = _tools(get.value("tools"))
     tool_choice, parallel = _tool_choice(get.value("tool_choice"), tools)
     if get.value("mcp_servers"):
         raise RequestError(
@@ -184,10 +196,15 @@ def parse_messages_request(
     if kwargs is not None and not isinstance(kwargs, dict):
         raise RequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     kwargs = dict(kwargs or {})
-    budget = _thinking(get.value("thinking"), kwargs, max_tokens)
+    thinking, budget = _thinking(get.value("thinking"), max_tokens)
+    asked = _effort(get.value("output_config"))
+    switches, effort = reasoning_switches(format, thinking=thinking, effort=asked)
+    # an absent `thinking` leaves the switch a request set itself (chat_template_kwargs) alone
+    if get.value("thinking") is not None or not any(k in kwargs for k in THINKING_SWITCHES):
+        kwargs.update(switches)
 
     top_k = get.integer("top_k", minimum=0)
-    headers = left_out_headers(left_out)
+    headers = left_out_headers((*left_out, *media))
     chat = ChatRequest(
         messages=messages,
         model=model,
@@ -201,31 +218,74 @@ def parse_messages_request(
         stop=stop_strings(get.value("stop_sequences"), limits, "stop_sequences"),
         stream=False if count_tokens else bool(get.boolean("stream")),
         chat_template_kwargs=kwargs,
+        reasoning_effort=effort,
         reasoning_budget=budget,
+        strict_tools=strict,
+        # thinking off (disabled, or no `thinking`): the effort's budget is none's (a family that
+        # cannot switch thinking off gets the smallest)
+        effort="none" if thinking is False else asked,
+        fit_max_tokens=True,
+        note_unusable_calls=True,
     )
     return MessagesRequest(chat, headers=headers, left_out_tools=left_out)
+
+
+def thread_refusal() -> RequestError:
+    """The 400 for a ``thread`` request (server-held conversations, anthropic SDK 2.17's
+    ``messages.thread()`` and the tool runner's default). Its ``details`` are the ones the SDK
+    reads as "this server cannot thread": a tool runner then sends the whole conversation instead."""
+    return RequestError(
+        "'thread' (a conversation held by the server) is not supported by this server: send the whole "
+        "conversation in 'messages' on every request, without 'thread'",
+        param="thread",
+        code="thread_unsupported_request",
+        details={"error_code": "thread_unsupported_request", "unsupported": ["thread"]},
+    )
+
+
+# Claude Code's first system line, different in every session (its version and a hash): left out,
+# as vLLM, Ollama and llama.cpp do, so that sessions share a cached prompt prefix
+BILLING_HEADER = "x-anthropic-billing-header:"
 
 
 def _system(value: Any) -> list[dict]:
     if value is None:
         return []
+    if isinstance(value, list):
+        value = [b for b in value if not (isinstance(b, dict) and _is_billing_line(b.get("text")))]
+    elif isinstance(value, str) and BILLING_HEADER in value:
+        value = "\n".join(line for line in value.split("\n") if not _is_billing_line(line))
     text = _text_of(value, "system", "system")
     return [{"role": "system", "content": text}] if text or isinstance(value, str) else []
 
 
-def _text_of(content: Any, param: str, where: str) -> str:
-    """A string, or text blocks joined: the text a system prompt or tool result holds."""
+def _is_billing_line(text: Any) -> bool:
+    return isinstance(text, str) and text.lstrip().startswith(BILLING_HEADER) and "\n" not in text.strip()
+
+
+def _text_of(content: Any, param: str, where: str, media: list[str] | None = None) -> str:
+    """A string, or text blocks joined: the text a system prompt or tool result holds. With
+    `media` (a tool result), an image or document block becomes a placeholder text, named there."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise RequestError(f"'{param}' must be a string or an array of text blocks", param=param)
-    texts = []
+    texts: list[str] = []
+    placed = False  # the last piece was a placeholder (each stands on a line of its own)
     for j, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
+        if media is not None and kind in _MEDIA_BLOCKS:
+            media.append(f"{kind}:{param}[{j}]")
+            source = block.get("source")
+            text = media_placeholder(kind, block, source.get("media_type") if isinstance(source, dict) else None)
+            texts.append(("\n" if texts else "") + text)
+            placed = True
+            continue
         if kind not in _TEXT_BLOCKS or not isinstance(block.get("text"), str):
-            raise _block_error(kind, f"{param}[{j}]", where, "text")
-        texts.append(block["text"])
-    return "\n\n".join(texts) if param == "system" else "".join(texts)
+            raise _block_error(kind, f"{param}[{j}]", where, "text, image or document" if media is not None else "text")
+        texts.append(("\n" if placed else "") + block["text"])
+        placed = False
+    return ("\n\n" if param == "system" else "").join(texts)
 
 
 def _block_error(kind: Any, param: str, where: str, allowed: str) -> RequestError:
@@ -238,9 +298,9 @@ def _block_error(kind: Any, param: str, where: str, allowed: str) -> RequestErro
     return RequestError(f"{param}: {why}", param=param)
 
 
-def _message(m: Any, i: int) -> list[dict]:
+def _message(m: Any, i: int, media: list[str]) -> list[dict]:
     """One Anthropic message as OpenAI-form messages (a user turn's tool results become tool
-    messages, in their order among its text)."""
+    messages, in their order among its text; images in them placeholders, named in `media`)."""
     param = f"messages[{i}]"
     if not isinstance(m, dict):
         raise RequestError(f"{param} must be an object with 'role' and 'content'", param=param)
@@ -268,7 +328,7 @@ def _message(m: Any, i: int) -> list[dict]:
             if texts:
                 out.append({"role": "user", "content": "".join(texts)})
                 texts = []
-            out.append(_tool_result(block, bparam))
+            out.append(_tool_result(block, bparam, media))
         else:
             raise _block_error(kind, bparam, "a user message", "text or tool_result")
     if texts or not out:
@@ -276,12 +336,12 @@ def _message(m: Any, i: int) -> list[dict]:
     return out
 
 
-def _tool_result(block: dict, param: str) -> dict:
+def _tool_result(block: dict, param: str, media: list[str]) -> dict:
     tool_id = block.get("tool_use_id")
     if not isinstance(tool_id, str) or not tool_id:
         raise RequestError(f"{param}.tool_use_id must be a non-empty string", param=f"{param}.tool_use_id")
     content = block.get("content")
-    text = "" if content is None else _text_of(content, f"{param}.content", "a tool_result")
+    text = "" if content is None else _text_of(content, f"{param}.content", "a tool_result", media)
     is_error = block.get("is_error")
     if is_error is not None and not isinstance(is_error, bool):
         raise RequestError(f"{param}.is_error must be a boolean", param=f"{param}.is_error")
@@ -328,13 +388,15 @@ def _assistant(content: list, param: str) -> dict:
     return msg
 
 
-def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...]]:
-    """The custom tools as OpenAI functions, and the names of the hosted tools left out."""
+def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...], tuple[str, ...]]:
+    """The custom tools as OpenAI functions, the names of the hosted tools left out, and the names
+    of the strict tools (``strict: true``: Anthropic's strict tool use, the input must match
+    ``input_schema``; kept out of the function, so the prompt is the same either way)."""
     if value is None:
-        return None, ()
+        return None, (), ()
     if not isinstance(value, list):
         raise RequestError("'tools' must be an array", param="tools")
-    tools, left_out = [], []
+    tools, left_out, strict_names = [], [], []
     for i, t in enumerate(value):
         param = f"tools[{i}]"
         if not isinstance(t, dict):
@@ -356,11 +418,16 @@ def _tools(value: Any) -> tuple[list[dict] | None, tuple[str, ...]]:
             raise RequestError(f"{param}.input_schema must be a JSON Schema object", param=f"{param}.input_schema")
         if description is not None and not isinstance(description, str):
             raise RequestError(f"{param}.description must be a string", param=f"{param}.description")
+        strict = t.get("strict")
+        if strict is not None and not isinstance(strict, bool):
+            raise RequestError(f"{param}.strict must be true or false", param=f"{param}.strict")
         fn: dict[str, Any] = {"name": name, "parameters": schema}
         if description is not None:
             fn["description"] = description
+        if strict:
+            strict_names.append(name)
         tools.append({"type": "function", "function": fn})
-    return tools or None, tuple(left_out)
+    return tools or None, tuple(left_out), tuple(strict_names)
 
 
 def _tool_choice(value: Any, tools: list[dict] | None) -> tuple[ToolChoice, bool]:
@@ -390,16 +457,17 @@ def _tool_choice(value: Any, tools: list[dict] | None) -> tuple[ToolChoice, bool
     return ToolChoice({"auto": "auto", "any": "required", "none": "none"}[kind]), parallel
 
 
-def _thinking(value: Any, kwargs: dict, max_tokens: int | None) -> int | None:
-    """Sets the template's thinking switch in `kwargs`; the reasoning budget, if one is given."""
+def _thinking(value: Any, max_tokens: int | None) -> tuple[bool, int | None]:
+    """Whether the request asks for thinking, and its reasoning budget if it gives one. Absent or
+    ``disabled`` is off (Anthropic's API does not think unless asked); ``adaptive`` (Claude Code's)
+    and ``enabled`` are on."""
     if value is None:
-        return None
+        return False, None
     kind = value.get("type") if isinstance(value, dict) else None
     if kind == "adaptive":
-        return None
+        return True, None
     if kind == "disabled":
-        kwargs.update(dict.fromkeys(THINKING_SWITCHES, False))
-        return None
+        return False, None
     if kind != "enabled":
         raise RequestError(
             "thinking must be {'type': 'enabled', 'budget_tokens': N}, {'type': 'disabled'} or "
@@ -414,8 +482,21 @@ def _thinking(value: Any, kwargs: dict, max_tokens: int | None) -> int | None:
             f"thinking.budget_tokens ({budget}) must be less than max_tokens ({max_tokens})",
             param="thinking.budget_tokens",
         )
-    kwargs.update(dict.fromkeys(THINKING_SWITCHES, True))
-    return budget
+    return True, budget
+
+
+def _effort(value: Any) -> str | None:
+    """``output_config.effort`` (Claude Code's ``/effort``): low, medium, high, xhigh or max."""
+    if value is None:
+        return None
+    effort = value.get("effort") if isinstance(value, dict) else None
+    if effort is None:
+        return None
+    if effort not in _EFFORTS:
+        raise RequestError(
+            f"output_config.effort must be one of {', '.join(_EFFORTS)}, got {effort!r}", param="output_config.effort"
+        )
+    return effort
 
 
 # ---------------------------------------------------------------- responses
@@ -432,12 +513,15 @@ def stop_reason(outcome: Outcome) -> tuple[str, str | None]:
     return STOP_REASONS.get(outcome.finish_reason, "end_turn"), None
 
 
-def usage(input_tokens: int, output_tokens: int) -> dict:
+def usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> dict:
+    """Anthropic's usage for a prompt of `input_tokens`, `cached_tokens` of them served from the
+    engine's prefix cache: as Anthropic counts them, `input_tokens` is the uncached rest and the
+    cache read a counter of its own (their sum is the prompt)."""
     return {
-        "input_tokens": input_tokens,
+        "input_tokens": input_tokens - cached_tokens,
         "output_tokens": output_tokens,
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": cached_tokens,
     }
 
 
@@ -536,7 +620,10 @@ class MessageStream:
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": {"output_tokens": outcome.completion_tokens},
+            # the engine says what its cache served only now: the SDKs take these over message_start's
+            "usage": {"output_tokens": outcome.completion_tokens,
+                      "input_tokens": outcome.prompt_tokens - outcome.cached_tokens,
+                      "cache_read_input_tokens": outcome.cached_tokens},
         }
         return (
             self._bytes(self.ops.close())
@@ -606,7 +693,7 @@ class MessageCollector:
             "content": self.blocks,
             "stop_reason": reason,
             "stop_sequence": sequence,
-            "usage": usage(outcome.prompt_tokens, outcome.completion_tokens),
+            "usage": usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens),
         }
 
     def _fold(self, ops: Iterable[tuple[str, int, Any]]) -> None:
@@ -664,13 +751,13 @@ class AnthropicMessages:
     name = "anthropic"
     ping_interval: float | None = PING_INTERVAL
 
-    def parse(self, body: Any, limits: RequestLimits) -> MessagesRequest:
-        return parse_messages_request(body, limits)
+    def parse(self, body: Any, limits: RequestLimits, *, format: str | None = None) -> MessagesRequest:
+        return parse_messages_request(body, limits, format=format)
 
-    def parse_count_tokens(self, body: Any, limits: RequestLimits) -> MessagesRequest:
+    def parse_count_tokens(self, body: Any, limits: RequestLimits, *, format: str | None = None) -> MessagesRequest:
         """The request as rendered for a generation, without what only steers decoding: the
         tool choice becomes the tools it renders (so no grammar is planned for a count)."""
-        parsed = parse_messages_request(body, limits, count_tokens=True)
+        parsed = parse_messages_request(body, limits, count_tokens=True, format=format)
         chat = dataclasses.replace(parsed.chat, tools=parsed.chat.prompt_tools, tool_choice=ToolChoice("auto"))
         return dataclasses.replace(parsed, chat=chat)
 
@@ -681,7 +768,7 @@ class AnthropicMessages:
         return MessageCollector(info)
 
     def error_body(self, e: RequestError) -> dict:
-        return error_body(e.message, e.status)
+        return error_body(e.message, e.status, e.details)
 
 
 ANTHROPIC = AnthropicMessages()

@@ -25,11 +25,16 @@ Tool-choice policy (what chatsieve does where OpenAI would constrain decoding):
   (to the schema); not with tool_choice ``required`` or named, where the call grammar wins.
 - ``parallel_tool_calls: false``: only the first returned call is kept; later ones are dropped.
   ``max_tool_calls: N`` (Responses) likewise keeps the first N calls.
+- ``strict`` tools (chat: ``strict: true``; Responses: unless ``strict: false``; Messages:
+  ``strict: true``): on ``auto`` the engine holds a call's arguments to its schema once the model
+  opens a call (chatsieve.strict_tools), and every call to a strict tool is checked when it ends: one
+  whose arguments do not match is not returned, and the turn ends with a note saying why.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,6 +66,7 @@ class RequestLimits:
     max_stop_length: int = 256  # characters
     max_json_depth: int = 64  # nesting of objects and arrays in the request body
     max_model_len: int | None = None
+    fit_max_tokens: bool = False  # chat completions too: lower max_tokens to the room left (--fit-max-tokens)
 
 
 # ---------------------------------------------------------------- errors
@@ -79,6 +85,7 @@ class RequestError(ValueError):
         code: str | None = None,
         status: int = 400,
         type: str = "invalid_request_error",
+        details: dict | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -86,6 +93,7 @@ class RequestError(ValueError):
         self.code = code
         self.status = status
         self.type = type
+        self.details = details  # what a protocol's error body adds for its SDK (Anthropic's `details`)
 
 
 # ---------------------------------------------------------------- requests
@@ -128,6 +136,23 @@ class ChatRequest:
     logit_bias: tuple[tuple[int, float], ...] = ()
     response_format: dict | None = None
     reasoning_budget: int | None = None  # reasoning tokens before the reasoning is cut (enforced locally)
+    # the effort the client asked for (chat's reasoning_effort, Responses' reasoning.effort, Messages'
+    # output_config.effort), before the family's switch maps it: what picks a budget (`effort_budget`)
+    # when the request gives none
+    effort: str | None = None
+    # a max_tokens above the room the prompt leaves in the context is lowered to it (the response
+    # says so in MAX_TOKENS_HEADER), instead of a 400: /v1/messages, /v1/responses, --fit-max-tokens
+    fit_max_tokens: bool = False
+    # agent routes: a call that cannot be used (malformed, or naming a tool that was not offered)
+    # leaves a visible note in the turn's text (`ToolCallFilter.notes`), never an empty turn
+    note_unusable_calls: bool = False
+    # the tools whose calls must match their schema (chat: `strict: true`; Responses: unless
+    # `strict: false`; Messages: `strict: true`): engine-enforced on `auto` where it can be
+    # (strict_tools.py), and checked after the fact
+    strict_tools: tuple[str, ...] = ()
+    # other names a call may use for an offered tool: (called name, offered name), e.g. a
+    # namespaced MCP name `mcp__srv__fetch_page` for the `fetch_page` of namespace `mcp__srv`
+    tool_aliases: tuple[tuple[str, str], ...] = ()
 
     @property
     def prompt_tools(self) -> list[dict] | None:
@@ -163,8 +188,90 @@ class ChatRequest:
     def tool_call_filter(self) -> ToolCallFilter:
         """Calls may name only the functions the prompt offered (see the module docstring)."""
         allowed = frozenset(n for n in map(tool_name, self.prompt_tools or ()) if n)
+        aliases = {called: name for called, name in self.tool_aliases if name in allowed}
         limits = [n for n in (None if self.parallel_tool_calls else 1, self.max_tool_calls) if n is not None]
-        return ToolCallFilter(allowed=allowed, max_calls=min(limits) if limits else None)
+        strict = None
+        if self.strict_tools and self.prompt_tools:
+            from chatsieve.strict_tools import StrictCheck
+
+            strict = StrictCheck(self.prompt_tools, self.strict_tools) or None
+        return ToolCallFilter(
+            allowed=allowed,
+            max_calls=min(limits) if limits else None,
+            aliases=aliases,
+            notes=self.note_unusable_calls,
+            strict=strict,
+        )
+
+# ---------------------------------------------------------------- thinking and effort
+
+# The templates' thinking switches (Qwen3, GLM, Gemma 4: enable_thinking; DeepSeek V3.1/V3.2: thinking)
+THINKING_SWITCHES = ("enable_thinking", "thinking")
+# Effort words the agents send (Codex's reasoning.effort, Claude Code's output_config.effort), in order
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+# gpt-oss always reasons; its template takes `Reasoning: low | medium | high` instead of a switch
+_HARMONY_EFFORT = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high",
+                   "xhigh": "high", "max": "high"}
+
+
+def effort_only(format: str | None) -> bool:
+    """Whether the family cannot switch thinking off and takes an effort instead (gpt-oss)."""
+    if format is None:
+        return False
+    from chatsieve import formats
+
+    try:
+        return formats.get(format).name == "gpt_oss"
+    except (KeyError, ValueError):
+        return False
+
+
+def reasoning_switches(format: str | None, *, thinking: bool | None, effort: str | None) -> tuple[dict, str | None]:
+    """What a request's thinking switch (`thinking`: on, off, or None for the family's default) and
+    effort become for the served family: (template variables, the template's `reasoning_effort`).
+
+    One table for every route (docs/agents.md): a family with a thinking switch gets it set
+    (`enable_thinking` and `thinking`; templates without one ignore them) and the effort passed on
+    as `reasoning_effort` (only templates that read it use it); gpt-oss, which always reasons,
+    gets `Reasoning: low` for thinking off, else the effort (xhigh and max: high; none: the
+    template's default, medium)."""
+    if effort_only(format):
+        if thinking is False:
+            return {}, "low"
+        return {}, None if effort is None else _HARMONY_EFFORT[effort]
+    kwargs = {} if thinking is None else dict.fromkeys(THINKING_SWITCHES, thinking)
+    return kwargs, effort
+
+
+# Reasoning tokens per effort, for a request that asks an effort and gives no budget of its own
+# (docs/serving.md, "Reasoning budgets"): the values of vLLM's proposed --reasoning-effort-budgets
+# (vllm-project/vllm#55382); `serve --reasoning-effort-budgets` replaces them. `max` has none. `none`
+# turns thinking off where the family can; a family that cannot (gpt-oss) gets minimal's.
+EFFORT_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 4096, "medium": 16384, "high": 32768, "xhigh": 65536}
+
+
+def effort_budget(effort: str | None, format: str | None, table: Mapping[str, int] | None = None) -> int | None:
+    """The reasoning budget an effort asks for the served family (None: no budget)."""
+    table = EFFORT_BUDGETS if table is None else table
+    if effort == "none" and effort_only(format):
+        effort = "minimal"
+    return table.get(effort) if isinstance(effort, str) else None
+
+
+def check_effort_budgets(table: Any) -> dict[str, int]:
+    """A `--reasoning-effort-budgets` table checked: effort words to non-negative token counts."""
+    if not isinstance(table, Mapping):
+        raise ValueError("the reasoning effort budgets must be a JSON object, e.g. '{\"low\": 4096, \"high\": 32768}'")
+    known = [e for e in EFFORTS if e != "none"]
+    out = {}
+    for effort, budget in table.items():
+        if effort not in known:
+            raise ValueError(f"unknown effort {effort!r} in the reasoning effort budgets; known: {', '.join(known)}")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise ValueError(f"the budget for effort {effort!r} must be a non-negative integer, got {budget!r}")
+        out[effort] = budget
+    return out
+
 
 def check_json_depth(value: Any, limit: int) -> None:
     """RequestError when objects and arrays nest deeper than `limit` (checked without recursion,
@@ -262,8 +369,11 @@ def tool_name(tool: dict) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def max_tokens_ceiling(limits: RequestLimits) -> int:
-    """The largest max_tokens a request may ask for: the model's context when known."""
+def max_tokens_ceiling(limits: RequestLimits, *, fit: bool = False) -> int:
+    """The largest max_tokens a request may ask for: the model's context when known, unless an
+    oversized one is to be fitted to the room the prompt leaves (`fit`)."""
+    if fit:
+        return MAX_TOKENS_CEILING
     return min(MAX_TOKENS_CEILING, limits.max_model_len or MAX_TOKENS_CEILING)
 
 
@@ -296,29 +406,97 @@ class ToolCallFilter:
     """Applies tool_choice / parallel_tool_calls to parser events.
 
     Calls that are not allowed disappear with all their events and are reported as Dropped;
-    kept calls are renumbered 0, 1, ... so the client sees contiguous indexes.
+    kept calls are renumbered 0, 1, ... so the client sees contiguous indexes. A call naming one
+    of `aliases` (another name for an offered tool) is kept under the offered name. With `notes`,
+    each call that could not be used -- one naming a tool that was not offered, or one the parser
+    could not read (its `Dropped` says "tool call not executed") -- leaves a reason in `unusable`,
+    which `note()` turns into the text the turn ends with.
+
+    With `strict` (chatsieve.strict_tools.StrictCheck), a call to a strict tool is held until it
+    ends (the events after it with it, in order) and returned only if its arguments match the
+    tool's schema; one that does not is dropped and leaves its reason in `unusable` on every route
+    (a strict tool's call never reaches the client unchecked, and never silently disappears).
     """
 
-    def __init__(self, *, allowed: frozenset[str] | None = None, max_calls: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        allowed: frozenset[str] | None = None,
+        max_calls: int | None = None,
+        aliases: Mapping[str, str] | None = None,
+        notes: bool = False,
+        strict: Any = None,
+    ) -> None:
         self.allowed = allowed
         self.max_calls = max_calls
+        self.aliases = dict(aliases or {})
+        self.notes = notes
+        self.strict = strict
         self._map: dict[int, int | None] = {}  # parser index -> output index, None = dropped
         self._dropped_args: dict[int, list[str]] = {}
+        self._held: list[Event] | None = None  # a strict call's events (and those after it) until it ends
+        self._held_call: tuple[int, str] = (-1, "")  # its parser index and (offered) name
         self.kept = 0
         self.dropped: list[Dropped] = []
+        self.unusable: list[str] = []  # why each unusable call was not run (with `notes`, or strict)
+        self.wrote_text = False  # content came before the note (with `notes`)
 
     def apply(self, events: Iterable[Event]) -> list[Event]:
+        if self.strict is None:
+            return self._apply(events)
+        out: list[Event] = []
+        for e in events:
+            if self._held is not None:
+                self._held.append(e)
+                if type(e) is ToolCallEnd and e.index == self._held_call[0]:
+                    out += self._release()
+                continue
+            if type(e) is ToolCallStart:
+                name = self._offered_name(e.name)
+                if self.strict.covers(name) and self._refusal(name) is None:
+                    self._held, self._held_call = [e], (e.index, name)
+                    continue
+            out += self._apply((e,))
+        return out
+
+    def _offered_name(self, name: str) -> str:
+        if self.allowed is not None and name not in self.allowed and name in self.aliases:
+            return self.aliases[name]
+        return name
+
+    def _release(self) -> list[Event]:
+        """The held strict call, checked: its events (and those held after it) go on as usual when
+        its arguments match its schema; else it is dropped, with the reason."""
+        held, (index, name) = self._held or [], self._held_call
+        self._held = None
+        own = [e for e in held if type(e) in _CALL_EVENTS and e.index == index]
+        others = [e for e in held if not (type(e) in _CALL_EVENTS and e.index == index)]  # (none, in practice)
+        args = "".join(e.json_text for e in own if type(e) is ToolCallArgsDelta)
+        problem = None if own[-1].incomplete else self.strict.problem(name, args)
+        if problem is None:
+            return self._apply(own) + self.apply(others)
+        self._map[index] = None
+        self.dropped.append(Dropped(f"{own[0].name}({args})", f"strict tool: {problem}"))
+        shown = f"`{name}`" if _SAFE_NAME.fullmatch(name) else "a strict tool"
+        detail = problem if len(problem) <= 240 else problem[:240] + "..."
+        self.unusable.append(f"{shown} was called with arguments that do not match its schema ({detail})")
+        return self.apply(others)
+
+    def _apply(self, events: Iterable[Event]) -> list[Event]:
         out: list[Event] = []
         for e in events:
             if isinstance(e, ToolCallStart):
-                why = self._refusal(e.name)
+                name = self._offered_name(e.name)
+                why = self._refusal(name)
                 if why is None:
                     self._map[e.index] = self.kept
-                    out.append(ToolCallStart(self.kept, e.id, e.name))
+                    out.append(ToolCallStart(self.kept, e.id, name))
                     self.kept += 1
                 else:
                     self._map[e.index] = None
                     self._dropped_args[e.index] = [why, e.name]
+                    if self.notes and self.allowed is not None and name not in self.allowed:
+                        self.unusable.append(_not_offered(e.name, bool(self.allowed)))
             elif isinstance(e, ToolCallArgsDelta | ToolCallEnd):
                 j = self._map.get(e.index)
                 if j is not None:
@@ -333,13 +511,37 @@ class ToolCallFilter:
                     else:
                         self._drop(e.index)
             else:
+                if self.notes and isinstance(e, Dropped) and e.why.startswith(UNREAD_CALL):
+                    self.unusable.append(f"it could not be read ({e.why[len(UNREAD_CALL):].strip()})")
+                elif isinstance(e, ContentDelta) and e.text and (self.notes or self.strict is not None):
+                    self.wrote_text = True
                 out.append(e)
         return out
 
     def finish(self) -> None:
-        """Report dropped calls that never saw their end event."""
+        """Report dropped calls that never saw their end event (a held strict call among them)."""
+        if self._held is not None:
+            (index, name), start = self._held_call, self._held[0]
+            self._held = None
+            self.dropped.append(Dropped(f"{start.name}(...)", "strict tool: the call never ended"))
+            self.unusable.append(f"`{name}` was called, but the call never ended" if _SAFE_NAME.fullmatch(name)
+                                 else "a call to a strict tool never ended")  # fmt: skip
         for index in list(self._dropped_args):
             self._drop(index)
+
+    def note(self, scrub: Sequence[str] = ()) -> str:
+        """The text that tells the agent and its user why calls of this turn were not run ("" if
+        none were unusable): one bracketed line per call, with every string of `scrub` (the
+        family's delimiters) and anything tag-shaped taken out, so no markup becomes text."""
+        lines = []
+        for why in self.unusable:
+            for d in scrub:
+                why = why.replace(d, "")
+            why = _TAG.sub("", why)
+            lines.append(f"[chatsieve: a tool call the model wrote was not run: {why}.]")
+        if not lines:
+            return ""
+        return ("\n\n" if self.wrote_text else "") + "\n".join(lines)
 
     def _drop(self, index: int) -> None:
         why, name, *args = self._dropped_args.pop(index)
@@ -355,6 +557,20 @@ class ToolCallFilter:
                 return "only the first call is kept (parallel_tool_calls false, or max_tool_calls 1)"
             return f"only the first {self.max_calls} calls are kept (max_tool_calls)"
         return None
+
+
+_CALL_EVENTS = (ToolCallStart, ToolCallArgsDelta, ToolCallEnd)
+# what the parser's Dropped says of a call it could not read (engine.py, formats/gpt_oss.py)
+UNREAD_CALL = "tool call not executed:"
+_TAG = re.compile(r"<[^<>\n]{0,64}>")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,127}")
+
+
+def _not_offered(name: str, offered: bool) -> str:
+    shown = f"`{name}`" if _SAFE_NAME.fullmatch(name) else "its name"
+    if not offered:
+        return f"it calls {shown}, but no tools were offered in this request"
+    return f"{shown} is not a tool offered in this request"
 
 
 def finish_reason(parser_reason: str | None, calls: int) -> str:
@@ -419,7 +635,8 @@ def _runs(events: Iterable[Event]) -> Iterator[tuple[Any, Any, list[TokenLogprob
 # ---------------------------------------------------------------- the protocol interface
 
 
-# names the hosted tools a request offered that the open model cannot run (left out of the prompt)
+# names what a request carried that the prompt leaves out: hosted tools the open model cannot run,
+# and images or documents inside tool results (a text-only model reads a placeholder instead)
 LEFT_OUT_HEADER = "x-chatsieve-tools-left-out"
 # printable ASCII kept as it is in a header value; the rest (space, '"', '%', ',', '\\', control
 # and non-ASCII characters) percent-encoded as UTF-8
@@ -432,6 +649,19 @@ def header_value(names: Sequence[str]) -> str:
     from urllib.parse import quote
 
     return ", ".join(quote(n, safe=_HEADER_SAFE) for n in names)
+# where a block or part may carry words for what it shows (MCP alt text, a document's title)
+_CAPTION_KEYS = ("alt", "alt_text", "caption", "title", "description", "context")
+
+
+def media_placeholder(kind: str, block: Mapping[str, Any], media_type: str | None = None) -> str:
+    """The short text an image or document inside a tool result becomes for a text-only model: what
+    it was, and any caption the block carries (the words are kept; the pixels cannot be read)."""
+    what = f"{kind} ({media_type})" if isinstance(media_type, str) and media_type else kind
+    captions = [block[k].strip() for k in _CAPTION_KEYS if isinstance(block.get(k), str) and block[k].strip()]
+    text = f"[{what} left out: the served model reads text only"
+    if captions:
+        text += "; caption: " + " / ".join(captions)
+    return text + "]"
 
 
 def left_out_headers(names: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -470,6 +700,7 @@ class Outcome:
     completion_tokens: int
     stop_sequence: str | None = None
     reasoning_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, served from the engine's prefix cache (0: none, or not said)
 
 
 class StreamEncoder(Protocol):

@@ -24,8 +24,9 @@ from chatsieve.events import (
     TokenLogprob,
     ToolCallStart,
 )
-from chatsieve.messages import MessageError, normalize_messages
+from chatsieve.messages import MessageError, normalize_messages, order_tool_results
 from chatsieve.protocols.common import (
+    MAX_TOKENS_CEILING,
     ChatRequest,
     Fields,
     Outcome,
@@ -85,7 +86,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
     for i, m in enumerate(messages):
         _check_message(m, i)
     try:
-        messages = normalize_messages(messages)
+        messages = order_tool_results(normalize_messages(messages))
     except MessageError as e:
         raise RequestError(str(e), param=e.param) from None
 
@@ -98,7 +99,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         tools = tools or None
     tool_choice = _tool_choice(get.value("tool_choice"), tools)
 
-    ceiling = max_tokens_ceiling(limits)
+    ceiling = max_tokens_ceiling(limits, fit=limits.fit_max_tokens)
     max_tokens = get.integer("max_completion_tokens", minimum=1, maximum=ceiling)
     if max_tokens is None:
         max_tokens = get.integer("max_tokens", minimum=1, maximum=ceiling)
@@ -133,6 +134,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
 
     parallel = get.boolean("parallel_tool_calls")
     top_k = get.integer("top_k", minimum=-1, maximum=MAX_TOKEN_ID)
+    effort = get.string("reasoning_effort")
     return ChatRequest(
         messages=messages,
         model=model,
@@ -149,7 +151,11 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         stream=stream,
         include_usage=include_usage and stream,
         chat_template_kwargs=dict(kwargs or {}),
-        reasoning_effort=get.string("reasoning_effort"),
+        reasoning_effort=effort,
+        effort=effort,
+        # chat completions: a function is strict only with `strict: true` (OpenAI's default)
+        strict_tools=tuple(t["function"]["name"] for t in tools or () if t["function"].get("strict") is True),
+        reasoning_budget=_thinking_budget(get),
         top_k=None if top_k is None else max(top_k, 0),
         min_p=get.number("min_p", minimum=0.0, maximum=1.0),
         presence_penalty=get.number("presence_penalty", minimum=-2.0, maximum=2.0),
@@ -157,7 +163,29 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         repetition_penalty=get.number("repetition_penalty", minimum=0.01, maximum=10.0),
         logit_bias=_logit_bias(get.value("logit_bias")),
         response_format=response_format(get.value("response_format")),
+        fit_max_tokens=limits.fit_max_tokens,
     )
+
+
+# vLLM's name for a reasoning budget on chat completions, and the name some clients send
+BUDGET_FIELDS = ("thinking_token_budget", "max_reasoning_tokens")
+
+
+def _thinking_budget(get: Fields) -> int | None:
+    """The reasoning budget in tokens: ``thinking_token_budget`` (vLLM's field: a non-negative integer,
+    -1 for none) or ``max_reasoning_tokens``; None when neither is given. Enforced by the server
+    (the reasoning is closed where the budget runs out), whatever the engine."""
+    budgets = {}
+    for name in BUDGET_FIELDS:
+        value = get.integer(name, minimum=-1, maximum=MAX_TOKENS_CEILING)
+        if value is not None:
+            budgets[name] = None if value == -1 else value
+    if len(set(budgets.values())) > 1:
+        raise RequestError(
+            f"'thinking_token_budget' ({budgets['thinking_token_budget']}) and 'max_reasoning_tokens' "
+            f"({budgets['max_reasoning_tokens']}) disagree: give one", param="thinking_token_budget"
+        )
+    return next(iter(budgets.values()), None)
 
 
 def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
@@ -204,6 +232,8 @@ def _check_tool(t: Any, i: int) -> None:
     params = fn.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise RequestError(f"{param}.function.parameters must be an object", param=f"{param}.function")
+    if fn.get("strict") is not None and not isinstance(fn["strict"], bool):
+        raise RequestError(f"{param}.function.strict must be true or false", param=f"{param}.function.strict")
 
 
 def _tool_choice(value: Any, tools: list[dict] | None) -> ToolChoice:
@@ -236,11 +266,13 @@ def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex}"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage: `prompt_tokens` includes the `cached_tokens` the engine's prefix cache served."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -470,7 +502,7 @@ class CompletionCollector:
             self.message,
             model=info.model,
             finish_reason=outcome.finish_reason,
-            usage=usage(outcome.prompt_tokens, outcome.completion_tokens),
+            usage=usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens),
             logprobs=req.logprobs,
             top_logprobs=req.top_logprobs,
             content_logprobs=self.content_logprobs,
@@ -490,7 +522,7 @@ class ChatEncoder:
         return sse(self.chunks.first())
 
     def finish(self, outcome: Outcome) -> bytes:
-        end = self.chunks.finish(outcome.finish_reason, usage(outcome.prompt_tokens, outcome.completion_tokens))
+        end = self.chunks.finish(outcome.finish_reason, usage(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens))
         return sse_all(end) + sse("[DONE]")
 
     def error(self, e: RequestError) -> bytes:

@@ -49,7 +49,7 @@ from chatsieve.events import (
     ToolCallEnd,
     ToolCallStart,
 )
-from chatsieve.messages import MessageError, normalize_messages
+from chatsieve.messages import MessageError, normalize_messages, order_tool_results
 from chatsieve.protocols.common import (
     MAX_TOKENS_CEILING,
     ChatRequest,
@@ -63,6 +63,8 @@ from chatsieve.protocols.common import (
     check_json_depth,
     left_out_headers,
     max_tokens_ceiling,
+    media_placeholder,
+    reasoning_switches,
     response_format,
 )
 from chatsieve.protocols.openai_chat import TokenBytes, error_body, logprob_entries
@@ -83,9 +85,8 @@ __all__ = [
 INPUT_ROLES = frozenset({"user", "assistant", "system", "developer"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 _MEDIA_PARTS = frozenset({"input_image", "input_file", "input_audio", "image_url", "file"})
-# families whose template cannot switch thinking off and takes an effort instead
-_EFFORT_ONLY_FORMATS = ("gpt_oss", "gpt-oss", "harmony")
 MAX_METADATA_KEYS = 16
+PING_INTERVAL = 10.0  # seconds; Codex's idle timeout (stream_idle_timeout_ms) is 300 s by default
 
 
 def response_id() -> str:
@@ -147,24 +148,15 @@ class ResponsesRequest:
         `format` (the served family) decides what ``reasoning.effort: none`` means."""
         try:
             messages = normalize_messages(items_to_messages([*history, *self.input], self.instructions))
+            messages = order_tool_results(messages)
         except MessageError as e:  # items are checked already; this is the template's last word
             raise RequestError(str(e), param="input") from None
         if not messages:
             raise RequestError("'input' holds no message to answer", param="input")
         effort = self.reasoning_effort
-        kwargs: dict = {}
-        effort_only = format is not None and format.startswith(_EFFORT_ONLY_FORMATS)
-        if effort in ("none", "minimal"):
-            if effort_only:
-                effort = "low"
-            else:
-                effort = "none"
-                kwargs.update(enable_thinking=False, thinking=False)
-        elif effort is not None:  # an effort asks for reasoning: thinking on where it switches
-            if effort_only:
-                effort = "high" if effort == "xhigh" else effort
-            else:
-                kwargs.update(enable_thinking=True, thinking=True)  # DeepSeek V3.1 reads `thinking`
+        # none / minimal: thinking off; an effort asks for reasoning: thinking on where it switches
+        thinking = None if effort is None else effort not in ("none", "minimal")
+        kwargs, effort = reasoning_switches(format, thinking=thinking, effort="none" if effort == "minimal" else effort)
         return ChatRequest(
             messages=messages,
             model=self.model,
@@ -173,11 +165,17 @@ class ResponsesRequest:
             parallel_tool_calls=self.parallel_tool_calls,
             max_tool_calls=self.max_tool_calls,
             max_tokens=self.max_output_tokens,
+            fit_max_tokens=True,
+            note_unusable_calls=True,
+            tool_aliases=namespaced_aliases(self.namespaces),
+            # Responses: a function is strict unless `strict: false` (OpenAI's Responses default)
+            strict_tools=tuple(t["function"]["name"] for t in self.offered if t["function"].get("strict") is not False),
             temperature=self.temperature,
             top_p=self.top_p,
             stream=self.stream,
             chat_template_kwargs=kwargs,
             reasoning_effort=effort,
+            effort=self.reasoning_effort,
             response_format=self.response_format,
             logprobs=self.logprobs,
             top_logprobs=self.top_logprobs,
@@ -238,7 +236,8 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
 
     model = get.string("model")
     previous = get.string("previous_response_id")
-    items = _input_items(body.get("input"), previous is not None)
+    media: list[str] = []  # images and files in tool outputs, left out of the prompt
+    items = _input_items(body.get("input"), previous is not None, media)
     instructions = get.string("instructions")
 
     tools = body.get("tools")
@@ -249,7 +248,8 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
     offered, left_out, namespaces = _tools(tools)
     tool_choice, offered = _tool_choice(body.get("tool_choice"), offered, left_out)
 
-    max_output_tokens = get.integer("max_output_tokens", minimum=1, maximum=max_tokens_ceiling(limits))
+    # above the room the prompt leaves, it is lowered to that room (ChatRequest.fit_max_tokens)
+    max_output_tokens = get.integer("max_output_tokens", minimum=1, maximum=max_tokens_ceiling(limits, fit=True))
 
     text = body.get("text")
     fmt = None
@@ -304,7 +304,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
         stream=get.boolean("stream") or False,
         tools=tools,
         offered=offered,
-        left_out=tuple(left_out),
+        left_out=(*left_out, *media),
         namespaces=namespaces,
         tool_choice=tool_choice,
         tool_choice_echo=body.get("tool_choice") or "auto",
@@ -325,8 +325,9 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
     )
 
 
-def _input_items(value: Any, has_previous: bool) -> list[dict]:
-    """The input as checked items, each with an id (a string input is one user message)."""
+def _input_items(value: Any, has_previous: bool, media: list[str]) -> list[dict]:
+    """The input as checked items, each with an id (a string input is one user message); an image
+    or file in a tool's output becomes a placeholder text, named in `media`."""
     if isinstance(value, str):
         return [
             {
@@ -340,10 +341,10 @@ def _input_items(value: Any, has_previous: bool) -> list[dict]:
         return []
     if not isinstance(value, list) or (not value and not has_previous):
         raise RequestError("'input' must be a string or a non-empty array of items", param="input")
-    return [_item(it, f"input[{i}]") for i, it in enumerate(value)]
+    return [_item(it, f"input[{i}]", media) for i, it in enumerate(value)]
 
 
-def _item(it: Any, param: str) -> dict:
+def _item(it: Any, param: str, media: list[str]) -> dict:
     if not isinstance(it, dict):
         raise RequestError(f"{param} must be an object", param=param)
     kind = it.get("type")
@@ -396,10 +397,14 @@ def _item(it: Any, param: str) -> dict:
         call_id = _required_str(it, "call_id", param)
         output = it.get("output")
         if isinstance(output, list):
-            output = "".join(_part_text(_part(p, f"{param}.output[{j}]")) for j, p in enumerate(output))
+            pieces = [_output_part(p, f"{param}.output[{j}]", media) for j, p in enumerate(output)]
+            # text parts join as written; a placeholder stands on a line of its own
+            output = "".join(
+                ("\n" if j and (placed or pieces[j - 1][1]) else "") + text for j, (text, placed) in enumerate(pieces)
+            )
         if not isinstance(output, str):
             raise RequestError(
-                f"{param}.output must be a string or an array of text parts", param=f"{param}.output"
+                f"{param}.output must be a string or an array of text, image or file parts", param=f"{param}.output"
             )
         return {
             "id": _str(it, "id", param) or _item_id("fco"),
@@ -462,6 +467,20 @@ def _part(p: Any, param: str) -> dict:
             code="unsupported_content",
         )
     raise RequestError(f"{param} must be a text part (input_text / output_text), got {kind!r}", param=param)
+
+
+def _output_part(p: Any, param: str, media: list[str]) -> tuple[str, bool]:
+    """A part of a tool's output as text, and whether it is a placeholder: an image or file
+    (Codex's view_image, an MCP tool's picture) becomes one -- the served model reads text only --
+    named in `media`, so a session that met one goes on; any other part is checked as `_part`
+    checks it."""
+    kind = p.get("type") if isinstance(p, dict) else None
+    if kind in _MEDIA_PARTS:
+        media.append(f"{kind}:{param}")
+        url = p.get("image_url") or p.get("file_data") or ""
+        media_type = url[5 : url.find(";")] if isinstance(url, str) and url.startswith("data:") and ";" in url else None
+        return media_placeholder("image" if "image" in kind else "file", p, media_type or p.get("filename")), True
+    return _part_text(_part(p, param)), False
 
 
 def _str(it: dict, key: str, param: str) -> str | None:
@@ -536,6 +555,23 @@ def items_to_messages(items: Sequence[Mapping], instructions: str | None = None)
     return out
 
 
+# how a model may join a namespace and one of its functions into one name (Codex's MCP namespace
+# `mcp__srv` and its `fetch_page`: `mcp__srv__fetch_page`)
+_NAMESPACE_JOINS = ("__", "", ".", "/", ":")
+
+
+def namespaced_aliases(namespaces: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """(joined name, function name) for each function offered inside a namespace: a call to the
+    joined name is a call to the function. A joined name two functions could stand for, or that
+    is itself a function's name, stands for none."""
+    seen: dict[str, str | None] = {}
+    for fn, ns in namespaces.items():
+        for join in _NAMESPACE_JOINS:
+            joined = f"{ns.rstrip('_.:/')}{join}{fn}"
+            seen[joined] = fn if seen.get(joined, fn) == fn else None
+    return tuple((alias, fn) for alias, fn in seen.items() if fn is not None and alias not in namespaces)
+
+
 def _tools(tools: list) -> tuple[list[dict], list[str], dict[str, str]]:
     """(function tools offered, in chat-completions shape; left-out tools by label; namespaces)."""
     offered: list[dict] = []
@@ -554,6 +590,8 @@ def _tools(tools: list) -> tuple[list[dict], list[str], dict[str, str]]:
                 left_out.append(f"{namespace}.{name}")
                 return
             raise RequestError(f"{param}: two tools are named {name!r}", param=f"{param}.name")
+        if t.get("strict") is not None and not isinstance(t["strict"], bool):
+            raise RequestError(f"{param}.strict must be true or false", param=f"{param}.strict")
         fn: dict = {"name": name}
         for key in ("description", "parameters", "strict"):
             if t.get(key) is not None:
@@ -671,10 +709,11 @@ def _text_format(value: Any) -> dict | None:
 # ---------------------------------------------------------------- responses
 
 
-def usage(input_tokens: int, output_tokens: int, reasoning_tokens: int = 0) -> dict:
+def usage(input_tokens: int, output_tokens: int, reasoning_tokens: int = 0, cached_tokens: int = 0) -> dict:
+    """The Responses usage: `input_tokens` includes the `cached_tokens` the engine's cache served."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": min(reasoning_tokens, output_tokens)},
         "total_tokens": input_tokens + output_tokens,
@@ -746,8 +785,10 @@ class ResponseStream:
         logprobs: bool = False,
         top_logprobs: int = 0,
         token_bytes: TokenBytes | None = None,
+        summary: bool = False,
     ) -> None:
         self.skeleton = skeleton
+        self.summary = summary  # reasoning items carry their text as a summary part too
         self.logprobs = logprobs
         self.top_logprobs = top_logprobs
         self.token_bytes = token_bytes
@@ -875,6 +916,16 @@ class ResponseStream:
                         b',"logprobs":' + entries if item.kind == "message" else b"",
                     )
                 )
+                if self.summary and item.kind == "reasoning":
+                    self.seq += 1
+                    self._buf.append(
+                        b'event: response.reasoning_summary_text.delta\ndata: {"type":'
+                        b'"response.reasoning_summary_text.delta","sequence_number":%d,"item_id":"%s",'
+                        b'"output_index":%d,"summary_index":0,"delta":%s}\n\n'
+                        % (self.seq, item.id.encode(), item.index, text)
+                    )
+        elif self.summary and item.kind == "reasoning":
+            self.seq += 1
         self.seq += 1
         run.clear()
 
@@ -910,6 +961,12 @@ class ResponseStream:
             "response.content_part.added",
             {"item_id": item.id, "output_index": item.index, "content_index": 0, "part": part},
         )
+        if self.summary and kind == "reasoning":
+            self._event(
+                "response.reasoning_summary_part.added",
+                {"item_id": item.id, "output_index": item.index, "summary_index": 0,
+                 "part": {"type": "summary_text", "text": ""}},
+            )
         return item
 
     def _close_open(self, status: str = "completed") -> None:
@@ -933,10 +990,16 @@ class ResponseStream:
         else:
             part = {"type": "reasoning_text", "text": text}
             self._event("response.reasoning_text.done", {**where, "text": text})
+            summary = []
+            if self.summary:  # the reasoning text itself, whole (docs/serving.md)
+                summary = [{"type": "summary_text", "text": text}]
+                at = {"item_id": item.id, "output_index": item.index, "summary_index": 0}
+                self._event("response.reasoning_summary_text.done", {**at, "text": text})
+                self._event("response.reasoning_summary_part.done", {**at, "part": summary[0]})
             done = {
                 "id": item.id,
                 "type": "reasoning",
-                "summary": [],
+                "summary": summary,
                 "content": [part],
                 "status": status,
             }
@@ -985,6 +1048,13 @@ class ResponseStream:
         self._close_open("incomplete" if cut else "completed")
         for index in sorted(self._calls):
             self._close_call(self._calls.pop(index), "incomplete" if cut else "completed")
+
+    def keepalive(self) -> bytes:
+        """A ``keepalive`` event (numbered like the others) for a stream the engine keeps silent:
+        clients skip an event type they do not know (Codex, the openai SDK), but it resets their
+        idle timeout, which a comment line would not (SSE readers drop comments unseen)."""
+        self._event("keepalive", {})
+        return self._take()
 
     def finish(self, *, usage: dict, incomplete_reason: str | None = None) -> bytes:
         """Close the open items, then ``response.completed`` (or ``response.incomplete``)."""
@@ -1104,6 +1174,7 @@ class _Outcomes:
             logprobs=req.logprobs,
             top_logprobs=req.top_logprobs,
             token_bytes=info.token_bytes,
+            summary=req.reasoning_summary not in (None, "none"),
         )
 
     def _ending(self, outcome: Outcome) -> tuple[dict, str | None]:
@@ -1116,7 +1187,8 @@ class _Outcomes:
         # before the first content or call) takes in the batch the content began in
         spent = count(reasoning) if reasoning and count else outcome.reasoning_tokens
         cut = outcome.finish_reason == "length"
-        return usage(outcome.prompt_tokens, outcome.completion_tokens, spent), "max_output_tokens" if cut else None
+        return (usage(outcome.prompt_tokens, outcome.completion_tokens, spent, outcome.cached_tokens),
+                "max_output_tokens" if cut else None)
 
 
 class ResponsesEncoder(_Outcomes):
@@ -1144,7 +1216,7 @@ class ResponsesEncoder(_Outcomes):
         return self.out.fail(e.message, code=e.code or "server_error")
 
     def ping(self) -> bytes | None:
-        return None
+        return self.out.keepalive()
 
 
 class ResponsesCollector(_Outcomes):
@@ -1173,7 +1245,9 @@ class OpenAIResponses:
     items a previous_response_id stands for and the store's `keep`."""
 
     name = "openai_responses"
-    ping_interval: float | None = None  # the Responses stream has no keep-alive event
+    # seconds of engine silence (a long prefill) before a `keepalive` event; sent until the engine
+    # answers or the server's --backend-timeout gives up on it (then the stream fails)
+    ping_interval: float | None = PING_INTERVAL
 
     def parse(self, body: Any, limits: RequestLimits) -> ResponsesParsed:
         return self.parse_with(parse_responses_request(body, limits))

@@ -178,6 +178,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="the model's context in tokens (default: config.json's max_position_embeddings, else the "
         "tokenizer's model_max_length); longer prompts, or prompt plus max_tokens, are a 400",
     )
+    limits.add_argument(
+        "--fit-max-tokens",
+        action="store_true",
+        help="chat completions too: lower a max_tokens above the room the prompt leaves in the context to "
+        "that room (the x-chatsieve-max-tokens-lowered response header says so) instead of a 400, as "
+        "/v1/messages and /v1/responses always do",
+    )
+    p.add_argument(
+        "--reasoning-effort-budgets",
+        default=None,
+        metavar="JSON",
+        help="reasoning tokens per effort, for requests that ask an effort and give no budget, e.g. "
+        "'{\"low\": 2048, \"high\": 16384}' (defaults: minimal 1024, low 4096, medium 16384, high 32768, "
+        "xhigh 65536; max none); past its budget the reasoning is closed and the answer goes on",
+    )
     limits.add_argument("--max-stop-strings", type=int, default=16, help="stop strings per request (16)")
     limits.add_argument("--max-stop-length", type=int, default=256, help="characters per stop string (256)")
     limits.add_argument(
@@ -254,7 +269,8 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
     hosts = _split(args.allowed_hosts) if args.allowed_hosts is not None else default_allowed_hosts(args.host)
     return ServerConfig(
         max_model_len=args.max_model_len,
-        limits=RequestLimits(max_stop_strings=args.max_stop_strings, max_stop_length=args.max_stop_length),
+        limits=RequestLimits(max_stop_strings=args.max_stop_strings, max_stop_length=args.max_stop_length,
+                             fit_max_tokens=args.fit_max_tokens),
         security=SecurityPolicy(
             api_keys=api_keys(args, environ),
             allowed_hosts=hosts,
@@ -282,7 +298,23 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         response_store_max_age=args.response_store_max_age,
         response_store_max_bytes=args.response_store_max_bytes,
         chat_template=Path(args.chat_template) if args.chat_template else None,
+        effort_budgets=tuple(_effort_budgets(args.reasoning_effort_budgets).items()),
     )
+
+
+def _effort_budgets(text: str | None) -> dict[str, int]:
+    """--reasoning-effort-budgets' JSON, checked (ValueError naming what is wrong)."""
+    if text is None:
+        return {}
+    import json
+
+    from chatsieve.protocols.common import check_effort_budgets
+
+    try:
+        table = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"--reasoning-effort-budgets is not JSON: {e}") from None
+    return check_effort_budgets(table)
 
 
 def _engine_gguf(args: argparse.Namespace) -> Path | None:
@@ -418,7 +450,10 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             load_chat_template(args.chat_template, None if args.format in (None, "auto") else args.format)
         except PromptError as e:
             return fail(f"--chat-template: {e}")
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as e:  # --reasoning-effort-budgets
+        return fail(str(e))
     from chatsieve.server.response_store import ResponseStore
 
     try:  # one clear line for a store that cannot be opened, before the tokenizer loads

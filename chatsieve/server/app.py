@@ -44,14 +44,20 @@ from chatsieve.detect import FormatNotFound
 from chatsieve.events import ContentDelta, Event, ToolCallStart
 from chatsieve.grammar import reasoning_close
 from chatsieve.preparation import (
+    MAX_TOKENS_HEADER,
     check_vocabulary_bounds,
+    effective_thinking,
+    fitted_max_tokens,
     model_context_length,
+    parser_prompt,
     plan_request_constraint,
+    reasoning_budget,
     render_request_prompt,
 )
 from chatsieve.prompt import load_chat_template
 from chatsieve.protocols.anthropic import ANTHROPIC, model_entry, models_page
 from chatsieve.protocols.common import (
+    EFFORT_BUDGETS,
     LEFT_OUT_HEADER,
     ChatRequest,
     ClientProtocol,
@@ -63,6 +69,7 @@ from chatsieve.protocols.common import (
     ResponseInfo,
     StreamEncoder,
     ToolCallFilter,
+    check_effort_budgets,
     finish_reason,
     json_depth_message,
 )
@@ -116,6 +123,8 @@ class ServerConfig:
     prompt_queue_timeout: float = 5.0  # seconds a request waits for a free slot before its 503
     chat_template: Path | None = None  # --chat-template: replaces the model directory's template
     format_file: Path | None = None  # --format-file: the family `format` names comes from this file
+    # --reasoning-effort-budgets: reasoning tokens per effort, over protocols.common.EFFORT_BUDGETS
+    effort_budgets: tuple[tuple[str, int], ...] = ()
 
     @property
     def model_name(self) -> str:
@@ -149,6 +158,7 @@ class ServerConfig:
                 "format_file": None if d.get("format_file") is None else Path(d["format_file"]),
                 "extra_backend_urls": tuple(d.get("extra_backend_urls", ())),
                 "model_aliases": tuple(d.get("model_aliases", ())),
+                "effort_budgets": tuple((e, b) for e, b in d.get("effort_budgets", ())),
                 "cors_origins": tuple(d.get("cors_origins", ())),
                 "limits": RequestLimits(**d["limits"]),
                 "security": SecurityPolicy(
@@ -352,6 +362,7 @@ class ChatService:
         self.probe: httpx.AsyncClient | None = None  # health and /props checks
         self.backend: ReplicaPool | None = None
         self.max_model_len = config.max_model_len or model_context_length(config.model_dir, self.tokenizer)
+        self.effort_budgets = {**EFFORT_BUDGETS, **check_effort_budgets(dict(config.effort_budgets))}
         if self.max_model_len is None:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
         self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
@@ -520,6 +531,7 @@ class ChatService:
 
     def _prepare(self, req: ChatRequest) -> Generation:
         check_vocabulary_bounds(req, self.vocab_size)
+        req = effective_thinking(req, format=self.config.format, tokenizer=self.tokenizer, template=self.chat_template)
         tools = req.prompt_tools
         context = self.max_model_len
         prompt = render_request_prompt(  # the request came from a JSON body (or the store's JSON)
@@ -533,15 +545,16 @@ class ChatService:
             self.config.format,
             tools=tools,
             thinking=req.thinking,
-            prompt=prompt.text,
+            prompt=parser_prompt(prompt, format=self.config.format, tokenizer=self.tokenizer),
             tokenizer=self.tokenizer,
             stop=list(req.stop) or None,
             stop_token_ids=list(self.stop_token_ids),
             keep_logprobs=not req.stream,  # a stream sends them on as they come and keeps none
         )
+        max_tokens = fitted_max_tokens(req, len(prompt.token_ids), context)
         gen_req = GenerationRequest(
             prompt_token_ids=list(prompt.token_ids),
-            max_tokens=req.max_tokens,
+            max_tokens=max_tokens,
             temperature=req.temperature,
             top_p=req.top_p,
             seed=req.seed,
@@ -571,12 +584,18 @@ class ChatService:
         if reasoning_end_id is not None and constraint.answer_prefix:
             gen.answer_prefix_ids = self.tokenizer.encode(constraint.answer_prefix)
         # enforced here too, in case the engine ignores it: max_tokens, or what the context leaves
-        gen.max_tokens = req.max_tokens or (context - len(prompt.token_ids) if context else None)
+        gen.max_tokens = max_tokens or (context - len(prompt.token_ids) if context else None)
+        if max_tokens != req.max_tokens:
+            gen.headers[MAX_TOKENS_HEADER] = f"{req.max_tokens} -> {max_tokens}"
+            log.info("max_tokens %d lowered to %d: the room a %d-token prompt leaves in the %d-token context",
+                     req.max_tokens, max_tokens, len(prompt.token_ids), context)
+        gen.note_scrub = formats.get(self.config.format).delimiters
         gen.vocab_size = self.vocab_size
         gen.metrics = self.metrics
-        close = reasoning_close(self.config.format, req.thinking) if req.reasoning_budget else None
+        budget = reasoning_budget(req, format=self.config.format, efforts=self.effort_budgets)
+        close = reasoning_close(self.config.format, req.thinking) if budget is not None else None
         if close is not None:  # a family without a closing marker cannot be cut: the budget is not enforced
-            gen.reasoning_budget = req.reasoning_budget
+            gen.reasoning_budget = budget
             gen.budget_close_ids = self.tokenizer.encode(close)
         return gen
 
@@ -610,9 +629,14 @@ class Generation:
         self._past_reasoning = False  # content or a call came
         self._budget_hit = False
         self._engine_finish: str | None = None
+        # prompt tokens the engine's prefix cache served: the first engine request's count where the
+        # engine reported one, else a later request's (its prompt holds this one), at most the prompt
+        self.cached_tokens: int | None = None
         self._started = self._last = 0.0  # when the engine request began, and its last batch came
         self.request_id = ""
         self.metrics: Metrics | None = None
+        self.note_scrub: tuple[str, ...] = ()  # taken out of the unusable-call note (the family's delimiters)
+        self.headers: dict[str, str] = {}  # response headers preparing the request added
 
     async def events(self, sink: Callable[[list[Event]], None] | None = None) -> AsyncIterator[list[Event]]:
         """Filtered event lists as the engine produces ids; BackendError if the engine fails.
@@ -665,6 +689,11 @@ class Generation:
                         yield events
             events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
             self.calls.finish()
+            if self.calls.unusable and self.parser.finish_reason != "length":
+                # an agent's turn never ends empty: a call that could not be used says so in the text
+                events.append(ContentDelta(self.calls.note(self.note_scrub)))
+                log.info("%s %d unusable tool call(s): %s", self.request_id, len(self.calls.unusable),
+                         "; ".join(self.calls.unusable))
             yield events
             if self.calls.dropped:
                 log.info("dropped %d tool call(s) by tool_choice policy", len(self.calls.dropped))
@@ -682,13 +711,23 @@ class Generation:
         accept, calls = self._accept, self.calls
         push = None if sink is None else self._pusher(sink, produced)
         stream = self.backend.generate(request, push)
+        waited = False
         try:
             async for batch in stream:
+                if waited and batch.token_ids and not batch.finish_reason:
+                    break  # the engine went on past the stop token
                 events, cut = accept(batch, produced)
                 if events:
                     yield calls.apply(events)
-                if cut or self.parser.stopped and not batch.finish_reason:  # or a local stop
+                if cut:
                     break  # closing the stream cancels the engine request
+                if self.parser.stopped and self._engine_finish is None:  # a local stop
+                    # a stop token ends the engine's generation too, and its last event (with the
+                    # cached-token count) comes next: it is read; a stop string, or tokens after the
+                    # stop token, cancel the engine request
+                    if waited or self.parser.stop_sequence is not None:
+                        break
+                    waited = True
         except BackendError:
             if self.metrics is not None:
                 self.metrics.engine_errors.inc()
@@ -741,6 +780,8 @@ class Generation:
             events += self._feed(ids, lps)
         if batch.finish_reason:
             self._engine_finish = batch.finish_reason
+        if batch.cached_tokens is not None and self.cached_tokens is None:
+            self.cached_tokens = batch.cached_tokens
         if over:
             self._engine_finish = "length"  # the engine went past max_tokens: cut here
         return events, over
@@ -808,6 +849,7 @@ class Generation:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             stop_sequence=self.parser.stop_sequence,
+            cached_tokens=min(self.cached_tokens or 0, self.prompt_tokens),
         )
 
 
@@ -1045,7 +1087,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
             prompt_tokens=gen.prompt_tokens,
             token_bytes=service.token_bytes,
         )
-        headers = dict(parsed.headers)
+        headers = {**dict(parsed.headers), **gen.headers}
         if headers:
             log.info("%s %s", gen.request_id, log_safe(", ".join(f"{k}: {v}" for k, v in headers.items()), 2000))
         if parsed.chat.stream:
@@ -1060,11 +1102,12 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         return await run(request, OPENAI_CHAT)
 
     async def messages(request: Request) -> Response:
-        return await run(request, ANTHROPIC)
+        # the served family decides what the thinking switch and effort become
+        return await run(request, ANTHROPIC, functools.partial(ANTHROPIC.parse, format=service.config.format))
 
     async def count_tokens(request: Request) -> Response:
         """Anthropic's token count: the prompt rendered as for a generation, nothing generated."""
-        got = await prepared(request, ANTHROPIC, ANTHROPIC.parse_count_tokens)
+        got = await prepared(request, ANTHROPIC, functools.partial(ANTHROPIC.parse_count_tokens, format=service.config.format))
         if isinstance(got, Response):
             return got
         parsed, gen = got
@@ -1161,7 +1204,7 @@ def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
                 allow_origins=list(config.cors_origins),
                 allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["authorization", "content-type", "x-api-key", "anthropic-version", "anthropic-beta"],
-                expose_headers=["x-request-id", LEFT_OUT_HEADER],
+                expose_headers=["x-request-id", LEFT_OUT_HEADER, MAX_TOKENS_HEADER],
             )
         )
     stack.append(Middleware(SecurityMiddleware, policy=config.security, error_shape=refusal_body,

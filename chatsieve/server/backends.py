@@ -9,7 +9,10 @@ Wire formats (checked against the engines' docs and sources):
   (vLLM >= 0.10.2), ``skip_special_tokens: false``, ``stop_token_ids``; each chunk's
   ``choices[0].token_ids`` holds that chunk's new ids; logprobs in ``choices[0].logprobs``
   (``token_logprobs``, ``top_logprobs`` keyed ``token_id:N`` thanks to
-  ``return_tokens_as_token_ids``); ``finish_reason`` on the last chunk; ``data: [DONE]``.
+  ``return_tokens_as_token_ids``); ``finish_reason`` on the last chunk; ``data: [DONE]``. With
+  ``stream_options.include_usage`` a chunk with ``choices: []`` carries the usage before
+  ``[DONE]``: ``prompt_tokens_details.cached_tokens`` (the prompt tokens its prefix cache served)
+  when vLLM runs with ``--enable-prompt-tokens-details``.
 - ``sglang``: ``POST {URL}/generate`` with ``input_ids`` and ``sampling_params``; each event has
   ``output_ids`` and ``meta_info`` (``completion_tokens``, ``finish_reason: {"type": ...}``,
   ``output_token_logprobs`` as ``[logprob, id, text]``). Depending on version and the
@@ -17,11 +20,13 @@ Wire formats (checked against the engines' docs and sources):
   lists) are either cumulative or only the new ids; the reader tells them apart with
   ``meta_info.completion_tokens`` (cumulative: it equals ``len(output_ids)``; incremental: it
   equals the ids seen so far plus ``len(output_ids)``), falling back to a prefix check, and
-  always takes the logprob lists' tail.
+  always takes the logprob lists' tail. ``meta_info.cached_tokens``: the prompt tokens its radix
+  cache served.
 - ``llamacpp``: ``POST {URL}/completion`` with ``prompt`` = token ids, ``return_tokens``;
   each event has ``tokens`` and, with ``n_probs``, ``completion_probabilities``; the last has
   ``stop: true`` and ``stop_type`` (``limit`` = length). No ``[DONE]``; a failure mid-stream
-  comes as an ``error: {...}`` line instead of ``data:``.
+  comes as an ``error: {...}`` line instead of ``data:``. The last event's ``timings.cache_n``: the
+  prompt tokens reused from the slot's cache (``tokens_cached`` is the slot's whole length).
 
 Stop strings are deliberately not sent to the engines: chatsieve cuts them locally (on text
 decoded from ids, with gating semantics the engines do not share) and cancels the request.
@@ -83,6 +88,7 @@ class TokenBatch(NamedTuple):  # a NamedTuple: one is made per engine event, and
     token_ids: tuple[int, ...]
     logprobs: tuple[TokenLogprob, ...] | None = None
     finish_reason: str | None = None  # "stop" | "length" on the engine's last event
+    cached_tokens: int | None = None  # prompt tokens the engine's prefix cache served, where it says
 
 
 TokenText = Callable[[int], str]
@@ -128,8 +134,9 @@ class VllmReader(_Reader):
     def _read_any(self, event: dict) -> TokenBatch | None:
         _raise_error_event(event)
         choices = event.get("choices")
-        if choices == [] and "usage" in event:
-            return None
+        if choices == [] and "usage" in event:  # the usage chunk (stream_options.include_usage)
+            cached = _count(_get(_get(event.get("usage"), "prompt_tokens_details"), "cached_tokens"))
+            return None if cached is None else TokenBatch((), None, None, cached)
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             raise BackendError(f"vllm backend sent a chunk without choices: {_short(event)}")
         choice = choices[0]
@@ -179,6 +186,7 @@ class SglangReader(_Reader):
         super().__init__(token_text)
         self.ids: list[int] = []
         self.mode: str | None = None  # "cumulative" | "incremental" once known
+        self.cached: int | None = None  # meta_info.cached_tokens, once seen (every event repeats it)
 
     def read(self, event: dict) -> TokenBatch | None:
         _raise_error_event(event)
@@ -215,7 +223,10 @@ class SglangReader(_Reader):
                 )
                 raise BackendError(f"sglang backend aborted the request: {message}")
             reason = "length" if reason == "length" else "stop"
-        return TokenBatch(tuple(new), logprobs, reason)
+        cached = None
+        if self.cached is None:
+            cached = self.cached = _count(meta.get("cached_tokens"))
+        return TokenBatch(tuple(new), logprobs, reason, cached)
 
     def _new_ids(self, ids: list[int], total: Any) -> list[int]:
         seen = len(self.ids)
@@ -285,11 +296,12 @@ class LlamacppReader(_Reader):
                 )
                 for i, tid in enumerate(ids)
             )
-        reason = None
+        reason = cached = None
         if event.get("stop") is True:
             self.finished = True
             reason = "length" if event.get("stop_type") == "limit" else "stop"
-        return TokenBatch(tuple(ids), logprobs, reason)
+            cached = _count(_get(event.get("timings"), "cache_n"))
+        return TokenBatch(tuple(ids), logprobs, reason, cached)
 
 
 def _raise_error_event(event: dict) -> None:
@@ -304,6 +316,15 @@ def _ids(value: Any, kind: str) -> list[int]:
     if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
         raise BackendError(f"{kind} backend sent token ids that are not a list of integers: {_short(value)}")
     return value
+
+
+def _get(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _count(value: Any) -> int | None:
+    """A token count an engine reports (a non-negative integer), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _float(value: Any) -> float:
@@ -339,6 +360,7 @@ def vllm_payload(req: GenerationRequest, model: str | None) -> dict:
         "skip_special_tokens": False,
         "max_tokens": req.max_tokens,  # null: up to the context length (vLLM's default would be 16)
         "stop_token_ids": list(req.stop_token_ids),
+        "stream_options": {"include_usage": True},  # the usage chunk: cached prompt tokens
     }
     if model:
         p["model"] = model
@@ -349,7 +371,9 @@ def vllm_payload(req: GenerationRequest, model: str | None) -> dict:
         p["return_tokens_as_token_ids"] = True
     c = req.constraint
     if c is not None:  # vLLM >= 0.11 (earlier versions named these guided_*)
-        if c.kind == "grammar":
+        if c.kind == "structural_tag":  # a JSON string (StructuredOutputsParams.structural_tag)
+            p["structured_outputs"] = {"structural_tag": c.structural_tag}
+        elif c.kind == "grammar":
             p["structured_outputs"] = {"grammar": c.grammar}
         elif c.kind == "json_object":
             p["structured_outputs"] = {"json_object": True}
@@ -369,7 +393,9 @@ def sglang_payload(req: GenerationRequest, model: str | None) -> dict:
     _sampling(params, req, "sglang")
     c = req.constraint
     if c is not None:
-        if c.kind == "grammar":
+        if c.kind == "structural_tag":
+            params["structural_tag"] = c.structural_tag
+        elif c.kind == "grammar":
             params["ebnf"] = c.grammar
         else:
             params["json_schema"] = json.dumps(c.schema if c.kind == "json_schema" else {"type": "object"})
@@ -395,6 +421,10 @@ def llamacpp_payload(req: GenerationRequest, model: str | None) -> dict:
     if c is not None:
         if c.kind == "grammar":
             p["grammar"] = c.grammar
+            if c.triggers:  # lazy: armed by a trigger, which is never an empty list (a 400 there)
+                p["grammar_lazy"] = True
+                p["grammar_triggers"] = [{"type": kind, "value": value} for kind, value in c.triggers]
+                p["preserved_tokens"] = list(c.preserved_tokens)
         else:
             p["json_schema"] = c.schema if c.kind == "json_schema" else {"type": "object"}
     return p
@@ -539,7 +569,7 @@ class Backend:
         if not isinstance(event, dict):
             raise BackendError(f"{self.kind} backend sent a non-object event: {_short(_text(data))}")
         batch = reader.read(event)
-        if batch is not None and (batch.token_ids or batch.finish_reason):
+        if batch is not None and (batch.token_ids or batch.finish_reason or batch.cached_tokens is not None):
             out.append(batch)
         return reader.finished and self.kind == "llamacpp"
 
@@ -625,7 +655,8 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
 
 
 def merge(batches: list[TokenBatch]) -> TokenBatch:
-    """One batch for several consecutive ones (ids and logprobs joined, the last finish_reason)."""
+    """One batch for several consecutive ones (ids and logprobs joined, the last finish_reason and
+    cached-token count)."""
     if len(batches) == 1:
         return batches[0]
     ids = tuple(t for b in batches for t in b.token_ids)
@@ -633,7 +664,8 @@ def merge(batches: list[TokenBatch]) -> TokenBatch:
         logprobs: tuple[TokenLogprob, ...] | None = tuple(lp for b in batches for lp in b.logprobs or ())
     else:  # an engine that sent logprobs for some events only: they cannot be lined up
         logprobs = None
-    return TokenBatch(ids, logprobs, batches[-1].finish_reason)
+    cached = next((b.cached_tokens for b in reversed(batches) if b.cached_tokens is not None), None)
+    return TokenBatch(ids, logprobs, batches[-1].finish_reason, cached)
 
 
 class SseParser:

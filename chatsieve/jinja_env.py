@@ -6,6 +6,7 @@ sandbox, with the options and helpers chat templates are written against.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Iterator
@@ -90,14 +91,15 @@ def compile_template(source: str, *, mutable: bool = False) -> jinja2.Template:
 def render_template(source: str, context: dict[str, Any]) -> str:
     """Render a chat template; jinja2 errors propagate unchanged.
 
-    A few templates (Kimi K2 Instruct/Thinking) call `list.append`, which the immutable
-    sandbox refuses; those are rendered again in the mutable sandbox. Callers pass
-    fresh copies of their data, so the refused attempt leaves nothing behind.
+    The immutable sandbox changes none of the data it is given (it refuses every method that
+    would), so `context` is rendered as it is, with no copy. A few templates (Kimi K2
+    Instruct/Thinking) call `list.append`, which it refuses; those are rendered again in the
+    mutable sandbox, on a deep copy of `context`, which the caller's data never sees changed.
     """
     try:
         return compile_template(source).render(**context)
     except jinja2.exceptions.SecurityError:
-        return compile_template(source, mutable=True).render(**context)
+        return compile_template(source, mutable=True).render(**copy.deepcopy(context))
 
 
 @functools.cache

@@ -14,6 +14,11 @@ The cache is bounded (entries and tokens, least recently used out first) and key
 one per tokenizer, safe to use from several threads. It is partitioned (`partition`): an encode
 reuses only the prefixes of prompts encoded in the same partition -- the server's is the caller's
 identity, so how fast a prompt is encoded says nothing of what another API key sent.
+
+A burst of prompts that share a long beginning (a team's agents: one system prompt, one set of
+tools) would all miss the cache if they were encoded at once, before the first had filled it. So
+an encode that finds a prompt of its partition being encoded that shares more with it than the
+cache holds waits for that one (`_Flight`) and then reuses it: the shared part is tokenized once.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import bisect
 import contextlib
 import contextvars
 import threading
+import time
 import weakref
 from array import array
 from collections import OrderedDict
@@ -35,6 +41,11 @@ MAX_ENTRIES = 64
 MAX_TOKENS = 2_000_000  # ids kept over all entries of one tokenizer (4 bytes each, plus offsets)
 MIN_TOKENS = 256  # a prompt shorter than this is encoded whole and not kept
 _BUCKET_CHARS = 256  # entries are grouped by their first characters (a system prompt's start)
+# An encode waits for a prompt being encoded only when that shares this many more characters with
+# it than the best cached prefix does (about 250 tokens: a millisecond's tokenizing), and at most
+# FLIGHT_WAIT seconds.
+MIN_FLIGHT_GAIN = 1024
+FLIGHT_WAIT = 5.0
 _PARTITION: contextvars.ContextVar[str] = contextvars.ContextVar("chatsieve_prefix_partition", default="")
 
 
@@ -73,6 +84,18 @@ class Encoded:
         return self._offsets
 
 
+class _Flight:
+    """A prompt being encoded (whole, or its rest after a cached prefix) by some thread: encodes
+    of its partition that would reuse more of it than of the cache wait for `done`."""
+
+    __slots__ = ("partition", "text", "done")
+
+    def __init__(self, partition: str, text: str) -> None:
+        self.partition = partition
+        self.text = text
+        self.done = threading.Event()
+
+
 @dataclass
 class _Entry:
     text: str
@@ -98,9 +121,11 @@ class PrefixCache:
         self._hf = hf
         self.max_entries = max_entries
         self.max_tokens = max_tokens
-        # by (partition, text), least recently used first; buckets by (partition, first characters)
+        # by (partition, text), least recently used first; buckets by (partition, first characters),
+        # each sorted by text, so the entries sharing most with a text are beside where it would go
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._buckets: dict[tuple[str, str], list[_Entry]] = {}
+        self._flights: list[_Flight] = []
         self._tokens = 0
         self._lock = threading.Lock()
         self._cut_ids = _cut_tokens(hf)  # id -> text
@@ -112,8 +137,26 @@ class PrefixCache:
         if not self._cut_ids or self.max_entries <= 0 or self.max_tokens <= 0:
             return self._whole(text, keep=False)
         part = _PARTITION.get()
-        with self._lock:
-            best = self._longest(text, part)
+        waited = 0.0
+        while True:
+            with self._lock:
+                best = self._longest(text, part)
+                ahead = self._ahead(text, part, best[0].cuts[best[1]] if best is not None else 0)
+                if ahead is None or waited >= FLIGHT_WAIT:
+                    flight = _Flight(part, text)
+                    self._flights.append(flight)
+                    break
+            t0 = time.monotonic()
+            ahead.done.wait(FLIGHT_WAIT - waited)  # then look again: it is in the cache now
+            waited += time.monotonic() - t0
+        try:
+            return self._encode(text, part, best)
+        finally:
+            with self._lock:
+                self._flights.remove(flight)
+            flight.done.set()
+
+    def _encode(self, text: str, part: str, best: tuple[_Entry, int] | None) -> Encoded:
         if best is None:
             return self._whole(text, keep=True, part=part)
         entry, i = best
@@ -173,10 +216,17 @@ class PrefixCache:
                     counts.append(base + k + 1)
 
     def _longest(self, text: str, part: str) -> tuple[_Entry, int] | None:
-        """(entry of partition `part`, index of its cut) reaching furthest into `text`, or None."""
+        """(entry of partition `part`, index of its cut) reaching furthest into `text`, or None.
+
+        In a list sorted by text, the entries sharing the longest beginning with `text` are the
+        two beside where it would go, so only those are compared."""
+        bucket = self._buckets.get((part, text[:_BUCKET_CHARS]))
+        if not bucket:
+            return None
+        at = bisect.bisect_left(bucket, text, key=_text_of)
         best: tuple[_Entry, int] | None = None
         best_cut = 0
-        for entry in self._buckets.get((part, text[:_BUCKET_CHARS]), ()):
+        for entry in bucket[max(at - 1, 0):at + 1]:
             if not entry.cuts or entry.cuts[-1] <= best_cut:
                 continue
             shared = _common_prefix(text, entry.text, entry.cuts[-1])
@@ -187,20 +237,34 @@ class PrefixCache:
             self._entries.move_to_end(best[0].key)
         return best
 
+    def _ahead(self, text: str, part: str, cached: int) -> _Flight | None:
+        """A prompt of partition `part` being encoded that shares at least MIN_FLIGHT_GAIN more
+        characters with `text` than the `cached` prefix does."""
+        need = cached + MIN_FLIGHT_GAIN
+        if len(text) <= need:
+            return None
+        for flight in self._flights:
+            if flight.partition == part and _common_prefix(text, flight.text, need) >= need:
+                return flight
+        return None
+
     def _keep(self, entry: _Entry) -> None:
         old = self._entries.pop(entry.key, None)
         if old is not None:
             self._drop(old)
-        bucket = self._buckets.setdefault(entry.bucket, [])
-        # an entry whose text the new one extends is redundant: the new one's cuts hold its cuts
-        for other in [e for e in bucket if entry.text.startswith(e.text)]:
+        bucket = self._buckets.get(entry.bucket, [])
+        # an entry whose text the new one extends is redundant: the new one's cuts hold its cuts.
+        # Such texts sort just before it (the agent's previous turn, when it is continued), so
+        # only the entries right before it are looked at, not the whole bucket.
+        at = bisect.bisect_left(bucket, entry.text, key=_text_of)
+        while at > 0 and entry.text.startswith(bucket[at - 1].text):
+            at -= 1
+            other = bucket[at]
             del self._entries[other.key]
-            self._drop(other)
+            self._drop(other)  # (drops the bucket once it is empty: it is looked up again below)
         if len(entry.ids) > self.max_tokens:
-            if not bucket:
-                self._buckets.pop(entry.bucket, None)
             return
-        bucket.append(entry)
+        bisect.insort(self._buckets.setdefault(entry.bucket, []), entry, key=_text_of)
         self._entries[entry.key] = entry
         self._tokens += len(entry.ids)
         while len(self._entries) > self.max_entries or self._tokens > self.max_tokens:
@@ -216,6 +280,10 @@ class PrefixCache:
             self._buckets.pop(key, None)
 
 
+def _text_of(entry: _Entry) -> str:
+    return entry.text
+
+
 def _from_encoding(ids: list[int], offsets: list[tuple[int, int]]) -> Encoded:
     enc = Encoded(ids, array("I"))
     enc._offsets = offsets
@@ -223,14 +291,15 @@ def _from_encoding(ids: list[int], offsets: list[tuple[int, int]]) -> Encoded:
 
 
 def _common_prefix(a: str, b: str, limit: int) -> int:
-    """Length of the common prefix of `a` and `b`, at most `limit` (binary search on slices)."""
+    """Length of the common prefix of `a` and `b`, at most `limit` (a binary search that copies
+    about twice the shared length in all: each step slices only the half it looks at)."""
     hi = min(len(a), len(b), limit)
-    if a[:hi] == b[:hi]:
+    if a.startswith(b[:hi]):
         return hi
     lo = 0  # a[:lo] == b[:lo], a[:hi] != b[:hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
+        if a.startswith(b[lo:mid], lo):
             lo = mid
         else:
             hi = mid

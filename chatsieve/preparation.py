@@ -87,9 +87,11 @@ def render_request_prompt(
     format: str,
     context: int | None,
     template: str | None = None,
+    decoded_json: bool = False,
 ) -> Prompt:
     """The request's prompt, every caller string isolated (its template variables included, see
-    `render_prompt(request_variables=...)`), within `context` tokens minus room for the answer."""
+    `render_prompt(request_variables=...)`), within `context` tokens minus room for the answer.
+    `decoded_json`: the request holds data as a JSON decoder made it (`render_prompt`'s option)."""
     variables = dict(req.template_kwargs)
     # render_prompt options a request may give (RAG documents, Gemma 4's empty thought)
     documents = variables.pop("documents", None)
@@ -113,6 +115,7 @@ def render_request_prompt(
             token_limit=limit,
             keep_empty_thinking=keep_empty,
             request_variables=variables,
+            decoded_json=decoded_json,
         )
     except PromptTooLong as e:
         asked = f" plus max_tokens {room}" if room else ", which leaves no room for an answer"

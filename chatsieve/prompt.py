@@ -47,18 +47,18 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import copy
 import dataclasses
 import functools
 import json
 import re
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import prefix_cache
+from . import _json, prefix_cache
 from .messages import MessageError, normalize_messages
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -211,8 +211,12 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"  # an inert placeholder, as transformers renders unknown objects
 
 
+def _plain_list(values: Any) -> list:
+    return _plain(list(values))
+
+
 def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = False,
-                      null_call_content: bool = False) -> list[dict]:
+                      null_call_content: bool = False, decoded_json: bool = False) -> list[dict]:
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise PromptError("messages must be a list of {'role': ..., 'content': ...} dicts")
     if not messages:
@@ -223,7 +227,7 @@ def _prepare_messages(messages: Sequence[Any], arguments_as_objects: bool = Fals
             m = _plain(m)
         if not isinstance(m, Mapping):
             raise PromptError(f"message {i} is a {type(m).__name__}, expected a dict with 'role' and 'content'")
-        plain.append(_plain(m))
+        plain.append(m if decoded_json else _plain(m))
     try:
         # One normal form for every OpenAI message shape (null content, text parts, developer and
         # function roles, arguments as JSON strings); null fields are dropped, since templates
@@ -363,12 +367,13 @@ def _render(source: str, messages: list, tools: Any, documents: Any, add_generat
 
     from .jinja_env import render_template
 
-    # The template gets fresh copies each time (a mutable-sandbox template may edit them).
+    # The data as it is: the immutable sandbox cannot change it, and a template that needs the
+    # mutable one gets fresh copies (render_template), so the renderings after it see the same.
     context = {
-        **copy.deepcopy(variables),
-        "messages": copy.deepcopy(messages),
-        "tools": copy.deepcopy(tools),
-        "documents": copy.deepcopy(documents),
+        **variables,
+        "messages": messages,
+        "tools": tools,
+        "documents": documents,
         "add_generation_prompt": add_generation_prompt,
     }
     try:
@@ -494,15 +499,21 @@ def _check_tokenizer_controls(padding: Any, return_tensors: Any, tokenizer_kwarg
             )
 
 
-def _prepare(messages, tokenizer, template, tools, documents, template_kwargs, request_variables=None):
+def _prepare(messages, tokenizer, template, tools, documents, template_kwargs, request_variables=None,
+             decoded_json=False):
+    """The rendering's inputs. Callers' data is copied into plain JSON-like types (`_plain`), as
+    transformers hands it to templates, except with `decoded_json`: the caller vouches it is data
+    as a JSON decoder made it (dict, list, str, int, float, bool, None), and nothing writes to it
+    (the immutable sandbox cannot; the mutable one gets a deep copy), so it is used as it is."""
     tok = _as_tokenizer(tokenizer) if tokenizer is not None else None
     source = _resolve_template(template, tok, tools)
     shape = _call_shape(source)
-    msgs = _prepare_messages(messages, shape.objects, shape.null_content)
+    msgs = _prepare_messages(messages, shape.objects, shape.null_content, decoded_json)
     if tools is not None and not all(isinstance(t, Mapping) for t in tools):
         raise PromptError("tools must be a list of OpenAI tool dicts ({'type': 'function', 'function': {...}})")
-    tools_p = _plain(list(tools)) if tools is not None else None
-    docs_p = _plain(list(documents)) if documents is not None else None
+    copy = list if decoded_json else _plain_list
+    tools_p = copy(tools) if tools is not None else None
+    docs_p = copy(documents) if documents is not None else None
     if docs_p is not None and not all(isinstance(d, dict) for d in docs_p):
         raise PromptError("documents must be a list of dicts with 'title' and 'text' keys")
     variables = {**_special_tokens_map(tok), **_plain(template_kwargs)}
@@ -556,14 +567,24 @@ class _Delimiters:
 _DELIMITER_CACHE: dict[tuple[int, tuple[str, ...]], tuple[Any, _Delimiters | None]] = {}
 
 
+_WANTED_CACHE: dict[tuple[int, str | None], tuple[Any, tuple[str, ...]]] = {}
+
+
 def _active_delimiters(tok: Tokenizer, format: str | None, markers: Sequence[str] | None) -> _Delimiters | None:
     if markers is not None:
         wanted: tuple[str, ...] = tuple(markers)
     else:
-        # The format's delimiters, and every control token of the tokenizer (Qwen3's
-        # <|vision_start|>, <|fim_prefix|>, <|file_sep|>, ... are not in its delimiter list).
-        own = tuple(_format_spec(format).delimiters) if format is not None else ()
-        wanted = own + tuple(t for t in _control_tokens(tok) if t not in own)
+        hit = _WANTED_CACHE.get((id(tok), format))  # (its added tokens are fixed when it is made)
+        if hit is not None and hit[0] is tok:
+            wanted = hit[1]
+        else:
+            # The format's delimiters, and every control token of the tokenizer (Qwen3's
+            # <|vision_start|>, <|fim_prefix|>, <|file_sep|>, ... are not in its delimiter list).
+            own = tuple(_format_spec(format).delimiters) if format is not None else ()
+            wanted = own + tuple(t for t in _control_tokens(tok) if t not in own)
+            if len(_WANTED_CACHE) >= 32:
+                _WANTED_CACHE.pop(next(iter(_WANTED_CACHE)), None)
+            _WANTED_CACHE[(id(tok), format)] = (tok, wanted)
     key = (id(tok.hf), wanted)
     hit = _DELIMITER_CACHE.get(key)
     if hit is not None and hit[0] is tok.hf:
@@ -668,6 +689,62 @@ def _trie_pattern(words: Sequence[str]) -> str:
         return f"(?:{body})?" if ends else body
 
     return build(trie)
+
+
+# Strings at least this long are scanned for delimiters once per content (a system prompt that every
+# request of an agent repeats), then looked up: hashing is far cheaper than the scan.
+_SCAN_MEMO_CHARS = 512
+_SCAN_MEMO_SIZE = 256
+_SCANNED: dict[tuple[str, str], bool] = {}  # (the delimiters' pattern, string) -> found
+_TOOLS_SCANNED: dict[tuple[str, bytes], bool] = {}  # (the pattern, tools as JSON) -> found
+_SCAN_LOCK = threading.Lock()
+
+
+def _may_need_marks(delims: _Delimiters, msgs: Any, tools: Any, docs: Any, untrusted: Any,
+                    decoded_json: bool) -> bool:
+    """Whether some caller string may need a marker (`_mark_string`): a delimiter inside it, or a
+    head or tail that is part of one (`_Delimiters.maybe_marked`, string by string)."""
+    pattern = delims.maybe_marked
+    if pattern is None:
+        return True
+    if tools and decoded_json:  # a team's agents send the same tools: scanned once per content
+        try:
+            key = (pattern.pattern, _json.dumps(tools))
+        except (TypeError, ValueError):
+            key = None
+        found = _TOOLS_SCANNED.get(key) if key is not None else None
+        if found is None:
+            found = _scan(pattern, _strings(tools))
+            if key is not None:
+                _remember(_TOOLS_SCANNED, key, found)
+        if found:
+            return True
+        tools = None
+    return _scan(pattern, _strings(msgs) + _strings(tools) + _strings(docs) + _strings(untrusted))
+
+
+def _scan(pattern: re.Pattern[str], strings: list[str]) -> bool:
+    short = []
+    for s in strings:
+        if len(s) < _SCAN_MEMO_CHARS:
+            short.append(s)
+            continue
+        key = (pattern.pattern, s)
+        found = _SCANNED.get(key)
+        if found is None:
+            found = pattern.search(s) is not None
+            _remember(_SCANNED, key, found)
+        if found:
+            return True
+    # joined by NUL, which the pattern's edge alternatives take as a string's start or end
+    return bool(short) and pattern.search("\x00".join(short)) is not None
+
+
+def _remember(memo: dict, key: Any, value: bool) -> None:
+    with _SCAN_LOCK:
+        if len(memo) >= _SCAN_MEMO_SIZE:
+            memo.pop(next(iter(memo)), None)
+        memo[key] = value
 
 
 def _strings(obj: Any) -> list[str]:
@@ -980,6 +1057,7 @@ def render_prompt(
     tokenizer_kwargs: Mapping[str, Any] | None = None,
     token_limit: int | None = None,
     request_variables: Mapping[str, Any] | None = None,
+    decoded_json: bool = False,
     **template_kwargs: Any,
 ) -> Prompt:
     """Render `messages` with the chat template and tokenize it, isolating delimiters in content.
@@ -998,13 +1076,15 @@ def render_prompt(
     (`enable_thinking=False`, ...) as they are: they are the program's own. `request_variables`
     are template variables from an untrusted request (`chat_template_kwargs`): their strings are
     isolated like message content, and `check_request_variables` refuses the names and values a
-    request may not set (`TemplateVariableError`). Raises `PromptError`.
+    request may not set (`TemplateVariableError`). `decoded_json=True`: `messages`, `tools` and
+    `documents` are data as a JSON decoder made it (a server's request body), used without the
+    copy into plain types that other data gets. Raises `PromptError`.
     """
     _check_tokenizer_controls(padding, return_tensors, tokenizer_kwargs)
     if tokenizer is None:
         raise PromptError("render_prompt needs a tokenizer (use render_text for the text alone)")
     tok, source, msgs, tools_p, docs_p, trusted, untrusted = _prepare(
-        messages, tokenizer, template, tools, documents, template_kwargs, request_variables)
+        messages, tokenizer, template, tools, documents, template_kwargs, request_variables, decoded_json)
     variables = {**trusted, **untrusted}
 
     def finish(text: str) -> str:
@@ -1019,30 +1099,29 @@ def render_prompt(
 
     ids: list[int] | None = None
     spans: list[tuple[int, int]] = []
-    if delims is not None:
+    if delims is not None and _may_need_marks(delims, msgs, tools_p, docs_p, untrusted, decoded_json):
         caller = _strings(msgs) + _strings(tools_p) + _strings(docs_p) + _strings(untrusted)
-        if delims.maybe_marked is None or delims.maybe_marked.search("\x00".join(caller)):
-            for kind in range(len(_MARKER_RANGES)):
-                flag = [False]
-                mk = _pick_markers(source, text, *caller, *_strings(trusted), kind=kind)
-                marked_msgs = _mark(msgs, delims, mk, flag)
-                marked_tools = _mark(tools_p, delims, mk, flag)
-                marked_docs = _mark(docs_p, delims, mk, flag)
-                marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
-                if not flag[0]:
-                    break  # no delimiter in caller text: the plain encoding is the prompt
-                marked = finish(_render_request(source, marked_msgs, marked_tools, marked_docs,
-                                                add_generation_prompt, marked_vars, format))
-                pos = _align(text, marked, mk)
-                if pos is not None:
-                    ids, spans = _isolate(tok, text, marked, pos, mk, delims)
-                    break
-            else:
-                raise PromptError(
-                    "cannot isolate delimiters in this conversation: the chat template renders the "
-                    "content differently once its delimiters are marked (it inspects or rewrites them); "
-                    "remove the delimiters from the content, or pass isolate_markers=False"
-                )
+        for kind in range(len(_MARKER_RANGES)):
+            flag = [False]
+            mk = _pick_markers(source, text, *caller, *_strings(trusted), kind=kind)
+            marked_msgs = _mark(msgs, delims, mk, flag)
+            marked_tools = _mark(tools_p, delims, mk, flag)
+            marked_docs = _mark(docs_p, delims, mk, flag)
+            marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
+            if not flag[0]:
+                break  # no delimiter in caller text: the plain encoding is the prompt
+            marked = finish(_render_request(source, marked_msgs, marked_tools, marked_docs,
+                                            add_generation_prompt, marked_vars, format))
+            pos = _align(text, marked, mk)
+            if pos is not None:
+                ids, spans = _isolate(tok, text, marked, pos, mk, delims)
+                break
+        else:
+            raise PromptError(
+                "cannot isolate delimiters in this conversation: the chat template renders the "
+                "content differently once its delimiters are marked (it inspects or rewrites them); "
+                "remove the delimiters from the content, or pass isolate_markers=False"
+            )
     if ids is None:
         ids = _encode(tok, text).ids
 

@@ -5,6 +5,8 @@ isolated spans) with the cache as without it, along an agent's growing conversat
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -163,3 +165,82 @@ def test_render_prompt_is_the_same_with_and_without_the_cache(family):
 
     run()
     assert sum(hits) >= 15, f"the cache reused a prefix only {sum(hits)} times"
+
+
+def _consistent(cache: PrefixCache) -> None:
+    """Every entry is in its bucket, every bucket entry is an entry, and buckets are sorted."""
+    in_buckets = [e for b in cache._buckets.values() for e in b]
+    assert sorted(map(id, in_buckets)) == sorted(map(id, cache._entries.values()))
+    for key, bucket in cache._buckets.items():
+        assert bucket and all(e.bucket == key for e in bucket)
+        assert [e.text for e in bucket] == sorted(e.text for e in bucket)
+
+
+def test_an_agents_every_turn_reuses_the_turn_before():
+    """Each turn extends the last and replaces its entry; the replacement stays findable (it was
+    once left out of its bucket, so the third turn missed)."""
+    tok = tokenizer("qwen3")
+    cache = PrefixCache(tok.hf)
+    conv = f"<|im_start|>system\n{FILLER}<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    for turn in range(6):
+        _check(cache, tok, conv)
+        _consistent(cache)
+        assert cache.hits == turn and len(cache._entries) == 1
+        conv += f"Done {turn}.<|im_end|>\n<|im_start|>user\nnext {turn}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(tails=st.lists(st.sampled_from(["a", "b", "ab", "ba", "<|im_end|>", "\n", "é", " x"]).map(
+    lambda t: f"<|im_start|>user\n{t}<|im_end|>\n"), min_size=1, max_size=8), data=st.data())
+def test_siblings_in_one_bucket_reuse_the_longest_shared_prefix(tails, data):
+    """Many prompts with one system prompt (one bucket): each new one reuses as much as any cached
+    one shares with it, found among its neighbours in text order, and the ids stay exact."""
+    tok = tokenizer("qwen3")
+    cache = PrefixCache(tok.hf, max_entries=data.draw(st.integers(2, 12)))
+    system = f"<|im_start|>system\n{FILLER}<|im_end|>\n"
+    texts = []
+    for k in range(data.draw(st.integers(2, 16))):
+        text = system + "".join(data.draw(st.permutations(tails))) + f"<|im_start|>user\n{k}"
+        shared = max((_shared_cut(cache, t, text) for t in texts[-cache.max_entries:]), default=0)
+        before = cache.reused_tokens
+        _check(cache, tok, text)
+        _consistent(cache)
+        if shared:  # at least what the best cached prompt offers (a better one may have replaced it)
+            assert cache.reused_tokens - before >= len(tok.hf.encode(text[:shared], add_special_tokens=False).ids)
+        texts.append(text)
+
+
+def _shared_cut(cache: PrefixCache, cached: str, text: str) -> int:
+    """The furthest cut of `cached` inside what it shares with `text`, if `cached` is still held."""
+    entry = cache._entries.get(("", cached))
+    if entry is None:
+        return 0
+    shared = len(os.path.commonprefix([cached, text]))
+    return max((c for c in entry.cuts if c <= shared), default=0)
+
+
+def test_a_burst_tokenizes_its_shared_prefix_once():
+    """Prompts that share a long beginning, encoded at once by several threads with nothing
+    cached: one is encoded whole, the others wait for it and reuse its prefix (ids exact); a
+    prompt of another partition neither waits for nor reuses them."""
+    tok = tokenizer("qwen3")
+    cache = PrefixCache(tok.hf)
+    system = f"<|im_start|>system\n{FILLER * 4}<|im_end|>\n<|im_start|>user\n"
+    texts = [system + f"task {k}<|im_end|>\n<|im_start|>assistant\n" for k in range(8)]
+    start = threading.Barrier(len(texts) + 1)
+    got: dict[int, list[int]] = {}
+
+    def encode(k: int) -> None:
+        with prefix_cache.partition("team" if k < len(texts) else "other"):
+            start.wait()
+            got[k] = cache.encode(texts[k % len(texts)]).ids
+
+    threads = [threading.Thread(target=encode, args=(k,)) for k in range(len(texts) + 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k, ids in got.items():
+        assert ids == tok.hf.encode(texts[k % len(texts)], add_special_tokens=False).ids
+    assert cache.hits == len(texts) - 1, "the team's shared prefix was encoded more than once"
+    assert len([e for e in cache._entries.values() if e.partition == "other"]) == 1

@@ -274,16 +274,16 @@ def check_effort_budgets(table: Any) -> dict[str, int]:
 
 
 def check_json_depth(value: Any, limit: int) -> None:
-    """RequestError when objects and arrays nest deeper than `limit` (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else None
-        if children is None:
-            continue
+    """RequestError when objects and arrays nest deeper than `limit` (checked without recursion,
+    one level at a time: the containers of each level are gathered by one comprehension)."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             raise RequestError(json_depth_message(limit), code="too_deeply_nested")
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+        level = [c for v in level for c in (v.values() if type(v) is dict or isinstance(v, dict) else v)
+                 if isinstance(c, dict | list)]
 
 
 def json_depth_message(limit: int) -> str:

@@ -343,6 +343,28 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def run_workers(workers: int, options: dict) -> None:
+    """uvicorn's worker processes for the app `app_from_environ` makes, each on a listening socket
+    of its own where the platform allows (chatsieve.server.workers), else sharing one."""
+    import uvicorn
+
+    from chatsieve.server.workers import reuse_port_sockets, supervisor
+
+    target = "chatsieve.server.app:app_from_environ"
+    sockets = reuse_port_sockets(options["host"], options["port"], workers)
+    if sockets is not None:
+        sup = supervisor(uvicorn.Config(target, factory=True, workers=workers, **options), sockets)
+        if sup is not None:
+            logging.getLogger("uvicorn.error").info(
+                "Uvicorn running on http://%s:%d with %d workers, each on a socket of its own (SO_REUSEPORT)",
+                options["host"], options["port"], workers)
+            sup.run()
+            return
+        for sock in sockets:
+            sock.close()
+    uvicorn.run(target, factory=True, workers=workers, **options)
+
+
 def serve_main(argv: Sequence[str] | None = None) -> int:
     """Run the server until interrupted; 2 with a one-line error on bad arguments."""
     args = build_parser().parse_args(argv)
@@ -404,8 +426,6 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
                     "default) or --workers 1")
     if args.max_model_len is not None and args.max_model_len < 2:
         return fail("--max-model-len must be at least 2")
-    import uvicorn
-
     from chatsieve import formats
     from chatsieve.server.app import create_app
 
@@ -470,7 +490,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         # each worker process builds its own app from the configuration in the environment
         del app
         os.environ[CONFIG_ENV] = config.to_json()
-        uvicorn.run("chatsieve.server.app:app_from_environ", factory=True, workers=args.workers, **options)
+        run_workers(args.workers, options)
     else:
         from chatsieve.server.quiet_server import run
 

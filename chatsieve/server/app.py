@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from chatsieve import StreamParser, formats, load_tokenizer, prefix_cache, render_prompt
+from chatsieve._json import orjson as _orjson
 from chatsieve.call_list import CallListParser
 from chatsieve.detect import FormatNotFound
 from chatsieve.events import ContentDelta, Event, ToolCallStart
@@ -179,6 +181,11 @@ OFF_LOOP_BYTES = 32 * 1024
 # /health waited 0.4-0.65 s with five 4 MB bodies of small parts at once, 0.2-0.4 s with two.
 BIG_BODY_BYTES = 1 << 20
 BIG_BODIES_AT_ONCE = 2
+# Threads that prepare prompts (render, isolate, tokenize): the work holds the GIL but for the
+# tokenizer's part, so more threads than cores only take turns with the event loop, and each
+# preparation of a burst then ends later (all of them about when the last one does, instead of one
+# after another). Requests beyond these wait in order, holding a `max_concurrent_prompts` slot.
+PREPARATION_THREADS = 2
 # A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
 # the renderings, encodings and copies it used are many times the request's size.
 TRIM_AFTER_TOKENS = 50_000
@@ -227,12 +234,12 @@ def _no_cycle_collection() -> Iterator[None]:
                 gc.enable()
 
 
-async def _refusable(work: Callable[..., Any], *args: Any) -> Any:
-    """`work(*args)` in a worker thread; a RequestError it raises is raised here without the
-    worker's frames. Raised across the thread, it would be held in a reference cycle (its traceback
-    holds the awaiting frame, which holds the future, which holds it) with every frame it passed
-    and their locals (a request's whole body, its messages) until the cyclic collector found it,
-    which walks all of that with the GIL held."""
+async def _refusable(work: Callable[..., Any], *args: Any, executor: Executor | None = None) -> Any:
+    """`work(*args)` in a worker thread (of `executor` when given); a RequestError it raises is
+    raised here without the worker's frames. Raised across the thread, it would be held in a
+    reference cycle (its traceback holds the awaiting frame, which holds the future, which holds
+    it) with every frame it passed and their locals (a request's whole body, its messages) until
+    the cyclic collector found it, which walks all of that with the GIL held."""
 
     def call() -> tuple[Any, RequestError | None]:
         try:
@@ -241,13 +248,26 @@ async def _refusable(work: Callable[..., Any], *args: Any) -> Any:
             e.__traceback__ = e.__context__ = e.__cause__ = None
             return None, e
 
-    result, error = await run_in_threadpool(call)
+    if executor is None:
+        result, error = await run_in_threadpool(call)
+    else:
+        result, error = await _in_executor(executor, call)
     if error is not None:
         try:
             raise error
         finally:
             error = None  # this frame, in the traceback, must not hold it too
     return result
+
+
+async def _in_executor(executor: Executor, work: Callable[[], Any]) -> Any:
+    """`work()` in one of `executor`'s threads, handed over at once: no checkpoint before it (anyio's
+    worker threads are reached through a capacity limiter, whose checkpoint sends the task to the
+    back of the event loop's queue, behind every request that arrived meanwhile). A cancelled
+    caller still waits for the work, as anyio's `run_sync` does, so it never outlives its slot."""
+    future = asyncio.get_running_loop().run_in_executor(executor, work)
+    with anyio.CancelScope(shield=True):
+        return await future
 
 
 def _in_partition(partition: str, work: Callable[..., Any], *args: Any) -> Any:
@@ -354,6 +374,7 @@ class ChatService:
         self._engine_state: tuple[float, bool] = (-1e9, False)  # (checked at, reachable)
         self._probe_lock = anyio.Lock()
         self._preparing: anyio.Semaphore | None = None
+        self._preparers: ThreadPoolExecutor | None = None  # the threads that prepare prompts
         self.big_bodies: anyio.CapacityLimiter | None = None  # bodies over BIG_BODY_BYTES in preparation
         self.metrics = Metrics()
         self._engine_checked = False  # the start-up checks of the engine passed (check_engine)
@@ -363,6 +384,10 @@ class ChatService:
         _fix_mmap_threshold()
         sys.setswitchinterval(SWITCH_INTERVAL)
         self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
+        self._preparers = ThreadPoolExecutor(
+            max_workers=min(self.config.max_concurrent_prompts, PREPARATION_THREADS),
+            thread_name_prefix="chatsieve-prepare",
+        )
         self.big_bodies = anyio.CapacityLimiter(BIG_BODIES_AT_ONCE)
         self.client = EngineHTTP(
             max_connections=self.config.max_connections, read_timeout=self.config.timeout
@@ -406,6 +431,8 @@ class ChatService:
             self.probe = None
 
     async def stop(self) -> None:
+        if self._preparers is not None:
+            self._preparers.shutdown(wait=False)
         if self.backend is not None:
             await self.backend.stop()
         if self.client is not None:
@@ -477,9 +504,13 @@ class ChatService:
         """
         assert self._preparing is not None, "ChatService.start() was not awaited"
         acquired = False
-        with anyio.move_on_after(self.config.prompt_queue_timeout):
-            await self._preparing.acquire()
+        try:  # a free slot is taken at once: a checkpoint here would put the request behind all that came after it
+            self._preparing.acquire_nowait()
             acquired = True
+        except anyio.WouldBlock:
+            with anyio.move_on_after(self.config.prompt_queue_timeout):
+                await self._preparing.acquire()
+                acquired = True
         if not acquired:
             observe_refusal(self.metrics, "server_busy")
             raise RequestError(
@@ -488,7 +519,7 @@ class ChatService:
             )
         try:
             try:
-                gen = await _refusable(_in_partition, partition, self._prepare, req)
+                gen = await _refusable(_in_partition, partition, self._prepare, req, executor=self._preparers)
             except RequestError as e:
                 observe_refusal(self.metrics, e.code)
                 raise
@@ -503,8 +534,9 @@ class ChatService:
         req = effective_thinking(req, format=self.config.format, tokenizer=self.tokenizer, template=self.chat_template)
         tools = req.prompt_tools
         context = self.max_model_len
-        prompt = render_request_prompt(
-            req, tokenizer=self.tokenizer, format=self.config.format, context=context, template=self.chat_template
+        prompt = render_request_prompt(  # the request came from a JSON body (or the store's JSON)
+            req, tokenizer=self.tokenizer, format=self.config.format, context=context, template=self.chat_template,
+            decoded_json=True,
         )
         constraint = plan_request_constraint(
             req, format=self.config.format, engine=self.config.backend_kind, tokenizer=self.tokenizer
@@ -828,11 +860,30 @@ class Generation:
 PROTOCOL_PREFIXES: tuple[tuple[str, ClientProtocol], ...] = (("/v1/messages", ANTHROPIC),)
 
 
+# A run of 19 digits may be an integer beyond 64 bits, which orjson reads as a float where the
+# standard library keeps an int (in a string, it only sends the body the slow way). Found by
+# making every digit a 0 and looking for 19 of them: a regex takes ten times as long.
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_NUMBER = b"0" * 19
+
+
+def decode_body(raw: bytes) -> Any:
+    """`json.loads(raw)`, the same value for every body: orjson where it reads the body exactly
+    as the standard library does (no integer beyond 64 bits; anything orjson refuses, such as
+    NaN, a lone surrogate, a BOM or UTF-16, and every error, goes to json.loads)."""
+    if _orjson is not None and raw.translate(_DIGITS_AS_ZERO).find(_LONG_NUMBER) < 0:
+        try:
+            return _orjson.loads(raw)
+        except ValueError:
+            pass
+    return json.loads(raw)
+
+
 def parse_body(raw: bytes, parse: Callable[[Any, RequestLimits], ParsedRequest],
                limits: RequestLimits) -> ParsedRequest:
     """A request body decoded and parsed; RequestError for invalid or too deeply nested JSON."""
     try:
-        body = json.loads(raw)
+        body = decode_body(raw)
     except ValueError as e:
         raise RequestError(f"the request body is not valid JSON: {e}") from None
     except RecursionError:

@@ -25,11 +25,10 @@ from chatsieve.protocols.common import RequestError, RequestLimits
 from chatsieve.protocols.openai_responses import (
     OPENAI_RESPONSES,
     ResponsesParsed,
-    ResponsesRequest,
     input_items_page,
     not_found,
-    parse_responses_request,
 )
+from chatsieve.protocols.openai_responses_request import ResponsesRequest, parse_responses_request
 from chatsieve.server.response_store import ResponseStore, StoredResponse
 from chatsieve.server.security import caller_of, log_safe
 

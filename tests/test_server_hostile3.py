@@ -24,7 +24,8 @@ from models import model_path, tokenizer
 
 from chatsieve import prefix_cache
 from chatsieve.server import serve_main
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 from chatsieve.server.security import SecurityPolicy
 
 MODEL = "hostile3-model"

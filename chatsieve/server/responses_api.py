@@ -29,8 +29,10 @@ from chatsieve.protocols.openai_responses import (
     not_found,
 )
 from chatsieve.protocols.openai_responses_request import ResponsesRequest, parse_responses_request
+from chatsieve.server.errors import error_response
 from chatsieve.server.response_store import ResponseStore, StoredResponse
 from chatsieve.server.security import caller_of, log_safe
+from chatsieve.server.tuning import trim_heap
 
 log = logging.getLogger("chatsieve.server")
 
@@ -116,11 +118,9 @@ TRIM_AFTER_BYTES = 1 << 20
 
 
 def _then_trim(give_back: Callable[[], None]) -> Callable[[], None]:
-    from chatsieve.server.app import _trim_heap
-
     def done() -> None:
         give_back()
-        _trim_heap()
+        trim_heap()
 
     return done
 
@@ -128,8 +128,6 @@ def _then_trim(give_back: Callable[[], None]) -> Callable[[], None]:
 def responses_routes(service: Any, store: ResponseStore, run: Runner, bounds: ChainBounds) -> list[Route]:
     """The Responses routes for a ChatService, its store, the app's route runner and the bound
     on what a continuation may load. Everything that touches the store runs in a worker thread."""
-    from chatsieve.server.app import error_response
-
     fmt = service.config.format
 
     def count_tokens(text: str) -> int:

@@ -33,7 +33,10 @@ from chatsieve import load_tokenizer, parse  # noqa: E402
 from chatsieve.protocols.common import ResponseInfo  # noqa: E402
 from chatsieve.protocols.openai_chat import OPENAI_CHAT  # noqa: E402
 from chatsieve.server import client as engine_client  # noqa: E402
-from chatsieve.server.app import ChatService, ServerConfig, _Out, _stream  # noqa: E402
+from chatsieve.server.config import ServerConfig  # noqa: E402
+from chatsieve.server.service import ChatService  # noqa: E402
+from chatsieve.server.streaming import StreamOut as _Out  # noqa: E402
+from chatsieve.server.streaming import write_event_stream as _stream  # noqa: E402
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 DONE = b"data: [DONE]\n\n"

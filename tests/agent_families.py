@@ -25,7 +25,8 @@ from test_server_responses import WRITERS, Writer
 
 from chatsieve import formats
 from chatsieve.prompt import thinking_switch
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 from chatsieve.server.security import SecurityPolicy
 
 SIX = ("qwen3", "qwen3_coder", "gemma4", "glm47", "kimi_k2", "gpt_oss")

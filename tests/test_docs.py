@@ -18,7 +18,8 @@ from models import tokenizer
 from readme_recipes import FENCE, PAGES, command, readme_blocks
 
 from chatsieve.server import build_parser
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

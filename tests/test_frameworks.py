@@ -25,7 +25,8 @@ from fake_engines import FakeEngine, Script, ServerThread
 from models import missing
 from test_server_agent_loop import FAMILIES, _tokenizer
 
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 
 
 def _missing(module: str, e: Exception):

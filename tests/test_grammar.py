@@ -514,7 +514,8 @@ def test_a_tool_without_declared_properties_takes_any_keyword_arguments():
 def test_the_server_answers_400_for_a_constraint_it_cannot_express(tmp_path):
     from starlette.testclient import TestClient
 
-    from chatsieve.server.app import ServerConfig, create_app
+    from chatsieve.server.app import create_app
+    from chatsieve.server.config import ServerConfig
 
     tok = models.tokenizer("qwen3")
 

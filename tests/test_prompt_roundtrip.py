@@ -603,7 +603,8 @@ def test_the_server_renders_with_chat_template(tmp_path):
     from fake_engines import FakeEngine, Script, ServerThread
     from starlette.testclient import TestClient
 
-    from chatsieve.server.app import ServerConfig, create_app
+    from chatsieve.server.app import create_app
+    from chatsieve.server.config import ServerConfig
 
     tok = tokenizer("deepseek")
     custom = tmp_path / "tools.jinja"

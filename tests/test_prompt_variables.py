@@ -192,7 +192,8 @@ def llama_server():
     base = chat_tokenizer("llama3")
     config = {**base.config, "chat_template": template_source("llama3/chat_template.llama-3.2.jinja")}
     tok = load_tokenizer(base.hf, config=config)
-    from chatsieve.server.app import ServerConfig, create_app
+    from chatsieve.server.app import create_app
+    from chatsieve.server.config import ServerConfig
     from chatsieve.server.security import SecurityPolicy
 
     engine = FakeEngine(tok.decode, {"Weather": Script(tok.encode("Sunny.<|eot_id|>"))})

@@ -254,7 +254,7 @@ def test_a_system_message_after_the_first_turn_reaches_the_prompt(family):
 
 def test_model_aliases_come_from_the_command_line_and_reach_every_worker():
     from chatsieve.server import build_parser, config_from_args
-    from chatsieve.server.app import ServerConfig
+    from chatsieve.server.config import ServerConfig
 
     args = build_parser().parse_args(["--model-dir", "m", "--format", "qwen3", "--backend", "http://x",
                                       "--model-alias", "claude-sonnet-4-5", "--model-alias", "claude-haiku-4-5"])

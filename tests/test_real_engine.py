@@ -34,7 +34,8 @@ from fake_engines import ServerThread, serve_process
 from readme_recipes import readme_blocks
 
 import chatsieve
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 from chatsieve.server.model_check import ModelMismatch
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chatsieve.protocols.common import RequestError, check_json_depth
-from chatsieve.server.app import decode_body
+from chatsieve.server.intake import decode_body
 
 _numbers = st.one_of(
     st.integers(),  # beyond 64 bits too

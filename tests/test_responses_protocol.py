@@ -18,12 +18,8 @@ from openai.types.responses import Response, ResponseStreamEvent
 
 from chatsieve.events import ContentDelta, ReasoningDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
 from chatsieve.protocols.common import RequestError
-from chatsieve.protocols.openai_responses import (
-    ResponseStream,
-    items_to_messages,
-    parse_responses_request,
-    usage,
-)
+from chatsieve.protocols.openai_responses_request import items_to_messages, parse_responses_request
+from chatsieve.protocols.openai_responses_stream import ResponseStream, usage
 
 DATA = Path(__file__).parent / "data" / "codex"
 _UNION = typing.get_args(typing.get_args(ResponseStreamEvent)[0])

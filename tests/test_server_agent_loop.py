@@ -18,7 +18,8 @@ from fake_engines import FakeEngine, Script, ServerThread
 from models import chat_tokenizer, gemma4_tokenizer, model_path, tokenizer
 
 import chatsieve
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 
 MODEL = "loop-model"
 WEATHER = {

@@ -23,7 +23,8 @@ from test_server_agent_loop import FAMILIES as LOOP_FAMILIES
 from test_server_agent_loop import Family as LoopFamily
 from test_server_agent_loop import _tokenizer
 
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 from chatsieve.server.security import SecurityPolicy
 
 MODEL = "anthropic-model"

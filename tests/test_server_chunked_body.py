@@ -19,7 +19,8 @@ from fake_engines import FakeEngine, Script, ServerThread  # noqa: E402
 from models import model_path, tokenizer  # noqa: E402
 
 from chatsieve.server import chunked_body  # noqa: E402
-from chatsieve.server.app import ServerConfig, create_app  # noqa: E402
+from chatsieve.server.app import create_app  # noqa: E402
+from chatsieve.server.config import ServerConfig  # noqa: E402
 
 MODEL = "chunked-model"
 NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}

@@ -28,7 +28,8 @@ from models import gemma4_tokenizer_json, model_path  # noqa: E402
 
 import chatsieve  # noqa: E402
 from chatsieve.server import serve_main  # noqa: E402
-from chatsieve.server.app import ServerConfig, create_app  # noqa: E402
+from chatsieve.server.app import create_app  # noqa: E402
+from chatsieve.server.config import ServerConfig  # noqa: E402
 
 KINDS = ("vllm", "sglang", "llamacpp")
 MODEL = "test-model"

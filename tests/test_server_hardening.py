@@ -23,7 +23,8 @@ from chatsieve.protocols.anthropic import error_type
 from chatsieve.protocols.common import LEFT_OUT_HEADER
 from chatsieve.protocols.openai_chat import RequestError, RequestLimits, parse_chat_request
 from chatsieve.server import build_parser, config_from_args, serve_main
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 from chatsieve.server.security import SecurityPolicy
 
 MODEL = "hard-model"

@@ -21,7 +21,8 @@ from models import model_path, tokenizer
 import chatsieve
 from chatsieve.protocols.openai_chat import RequestError, parse_chat_request
 from chatsieve.server import build_parser, serve_main, uvicorn_options
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 from chatsieve.server.metrics import _GAP_BUCKETS, Metrics
 from chatsieve.server.security import SecurityMiddleware, SecurityPolicy
 

@@ -24,7 +24,8 @@ from models import model_path, tokenizer
 
 from chatsieve import prefix_cache
 from chatsieve.server import serve_main
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 from chatsieve.server.security import SecurityPolicy
 
 MODEL = "hostile3-model"
@@ -248,10 +249,10 @@ def health_while_held(url: str, called: threading.Event, release: threading.Even
 
 
 def test_a_continuation_is_loaded_and_converted_off_the_event_loop(server, monkeypatch):
-    from chatsieve.protocols import openai_responses
+    from chatsieve.protocols import openai_responses_request
 
     rid = created(server, bearer("sk-alice"))
-    called, release = held(monkeypatch, openai_responses, "items_to_messages")
+    called, release = held(monkeypatch, openai_responses_request, "items_to_messages")
     r = health_while_held(server, called, release,
                           lambda: respond(server, bearer("sk-alice"), input="[hi] more", previous_response_id=rid))
     assert r.status_code == 200, r.text
@@ -277,7 +278,7 @@ PARSERS = {  # route -> (path, the module whose parse checks the body, a body ov
                  {"messages": [{"role": "user", "content": "[hi] " + "pad " * 40_000}], "max_tokens": 4}),
     "count_tokens": ("/v1/messages/count_tokens", "anthropic",
                      {"messages": [{"role": "user", "content": "[hi] " + "pad " * 40_000}]}),
-    "responses": ("/v1/responses", "openai_responses", {"input": "[hi] " + "pad " * 40_000, "reasoning": OFF}),
+    "responses": ("/v1/responses", "openai_responses_request", {"input": "[hi] " + "pad " * 40_000, "reasoning": OFF}),
 }
 
 
@@ -466,7 +467,8 @@ def test_a_streamed_answer_holds_its_logprobs_as_bytes(tok):
     Python objects (about 14 times the closing event before), and the closing event carries
     every delta's entries."""
     from chatsieve.events import ContentDelta, TokenLogprob
-    from chatsieve.protocols.openai_responses import ResponsesRequest, ResponseStream
+    from chatsieve.protocols.openai_responses_request import ResponsesRequest
+    from chatsieve.protocols.openai_responses_stream import ResponseStream
 
     req = ResponsesRequest(input=[], logprobs=True, top_logprobs=3)
     out = ResponseStream(req.skeleton(id="resp_x", model="m"), logprobs=True, top_logprobs=3,

@@ -202,7 +202,8 @@ def test_one_replica_runs_no_health_checks(engines, qwen):
 
 def test_the_server_spreads_chat_requests_over_its_backends(engines, qwen):
     import chatsieve
-    from chatsieve.server.app import ServerConfig, create_app
+    from chatsieve.server.app import create_app
+    from chatsieve.server.config import ServerConfig
 
     httpx = require_module("httpx", DEV_INSTALL)
     clear(engines)

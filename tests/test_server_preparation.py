@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from models import model_path, tokenizer
 
 from chatsieve.protocols.common import ChatRequest, RequestError
-from chatsieve.server.app import PREPARATION_THREADS, ChatService, ServerConfig
+from chatsieve.server.config import ServerConfig
+from chatsieve.server.service import PREPARATION_THREADS, ChatService
 
 
 def _service(**kw) -> ChatService:

@@ -23,7 +23,8 @@ from test_server_agent_loop import Family, _tokenizer
 
 from chatsieve import formats
 from chatsieve.protocols.common import LEFT_OUT_HEADER
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 
 MODEL = "responses-model"
 TOOL = {

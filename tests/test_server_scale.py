@@ -39,8 +39,9 @@ from chatsieve.events import (  # noqa: E402
 from chatsieve.protocols.common import Outcome, RequestLimits, ResponseInfo  # noqa: E402
 from chatsieve.protocols.openai_chat import OPENAI_CHAT, ChunkStream, sse_all  # noqa: E402
 from chatsieve.server import build_parser, uvicorn_options  # noqa: E402
-from chatsieve.server.app import _Out, _stream  # noqa: E402
 from chatsieve.server.backends import BackendError  # noqa: E402
+from chatsieve.server.streaming import StreamOut as _Out  # noqa: E402
+from chatsieve.server.streaming import write_event_stream as _stream  # noqa: E402
 
 MODEL = "test-model"
 

@@ -14,7 +14,8 @@ from models import model_path
 
 import chatsieve
 from chatsieve.server import build_parser, connection_headroom, uvicorn_options
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 
 LIMIT = 20
 ATTACKERS = 200

@@ -19,7 +19,8 @@ import pytest
 from fake_engines import FakeEngine, Script, ServerThread
 from test_server_agent_loop import FAMILIES, _tokenizer
 
-from chatsieve.server.app import ServerConfig, create_app
+from chatsieve.server.app import create_app
+from chatsieve.server.config import ServerConfig
 
 MODEL = "structured-model"
 WEATHER = {

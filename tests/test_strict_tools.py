@@ -268,7 +268,7 @@ def test_which_tools_are_strict_per_route_and_a_bad_flag_is_a_400():
     from chatsieve.protocols.anthropic import parse_messages_request
     from chatsieve.protocols.common import RequestError
     from chatsieve.protocols.openai_chat import parse_chat_request
-    from chatsieve.protocols.openai_responses import parse_responses_request
+    from chatsieve.protocols.openai_responses_request import parse_responses_request
 
     chat = parse_chat_request({"messages": [{"role": "user", "content": "hi"}], "tools": _tools("chat")})
     responses = parse_responses_request({"input": "hi", "tools": _tools("responses")}).chat_request()

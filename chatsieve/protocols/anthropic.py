@@ -50,6 +50,7 @@ from chatsieve.protocols.common import (
     media_placeholder,
     reasoning_switches,
     runs,
+    sse_event,
     stop_strings,
 )
 
@@ -579,11 +580,6 @@ class BlockOps:
 
 def _tool_block(e: ToolCallStart) -> dict:
     return {"type": "tool_use", "id": tool_use_id(e.id), "name": e.name, "input": {}}
-
-
-def sse_event(kind: str, data: Any) -> bytes:
-    """One server-sent event as Anthropic sends it: ``event: KIND`` and its JSON."""
-    return b"event: " + kind.encode() + b"\ndata: " + dumps(data) + b"\n\n"
 
 
 _PING = sse_event("ping", {"type": "ping"})

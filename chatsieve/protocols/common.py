@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from chatsieve._json import dumps
 from chatsieve.events import (
     ContentDelta,
     Dropped,
@@ -662,6 +663,12 @@ def media_placeholder(kind: str, block: Mapping[str, Any], media_type: str | Non
     if captions:
         text += "; caption: " + " / ".join(captions)
     return text + "]"
+
+
+def sse_event(kind: str, data: Any) -> bytes:
+    """One server-sent event with its kind named: ``event: KIND`` and its JSON (Anthropic's and the
+    Responses API's streams)."""
+    return b"event: " + kind.encode() + b"\ndata: " + dumps(data) + b"\n\n"
 
 
 def left_out_headers(names: Sequence[str]) -> tuple[tuple[str, str], ...]:

@@ -262,7 +262,7 @@ def uvicorn_options(args: argparse.Namespace) -> dict:
 
 def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None):  # -> ServerConfig
     from chatsieve.protocols.common import RequestLimits
-    from chatsieve.server.app import ServerConfig
+    from chatsieve.server.config import ServerConfig
     from chatsieve.server.response_store import default_store_path
     from chatsieve.server.security import SecurityPolicy, default_allowed_hosts
 
@@ -460,7 +460,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         ResponseStore(config.response_store, max_bytes=config.response_store_max_bytes).close()
     except (ValueError, OSError) as e:
         return fail(f"--response-store {config.response_store}: {e}")
-    from chatsieve.server.app import FormatNotFound
+    from chatsieve.detect import FormatNotFound
 
     try:
         app = create_app(config)

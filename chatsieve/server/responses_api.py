@@ -25,13 +25,14 @@ from chatsieve.protocols.common import RequestError, RequestLimits
 from chatsieve.protocols.openai_responses import (
     OPENAI_RESPONSES,
     ResponsesParsed,
-    ResponsesRequest,
     input_items_page,
     not_found,
-    parse_responses_request,
 )
+from chatsieve.protocols.openai_responses_request import ResponsesRequest, parse_responses_request
+from chatsieve.server.errors import error_response
 from chatsieve.server.response_store import ResponseStore, StoredResponse
 from chatsieve.server.security import caller_of, log_safe
+from chatsieve.server.tuning import trim_heap
 
 log = logging.getLogger("chatsieve.server")
 
@@ -117,11 +118,9 @@ TRIM_AFTER_BYTES = 1 << 20
 
 
 def _then_trim(give_back: Callable[[], None]) -> Callable[[], None]:
-    from chatsieve.server.app import _trim_heap
-
     def done() -> None:
         give_back()
-        _trim_heap()
+        trim_heap()
 
     return done
 
@@ -129,8 +128,6 @@ def _then_trim(give_back: Callable[[], None]) -> Callable[[], None]:
 def responses_routes(service: Any, store: ResponseStore, run: Runner, bounds: ChainBounds) -> list[Route]:
     """The Responses routes for a ChatService, its store, the app's route runner and the bound
     on what a continuation may load. Everything that touches the store runs in a worker thread."""
-    from chatsieve.server.app import error_response
-
     fmt = service.config.format
 
     def count_tokens(text: str) -> int:

@@ -24,7 +24,7 @@ from .events import (
     TokenLogprob,
     delta_maker,
 )
-from .lexer import GatedText, MarkerLexer
+from .lexer import GatedText, MarkerLexer, Text
 from .spec import FormatSpec
 from .tools import normalize_tools
 
@@ -290,9 +290,11 @@ class StreamParser:
     def _plain(self, text: str, token_id: int | None) -> list[Event] | None:
         """The fast lane: ordinary text (of one ordinary token `token_id`, or of a text
         delta) that only continues the open reasoning, content or argument string skips
-        the pipeline's objects. Every stage says whether it would pass the text unchanged
-        and alone; the first that would not sends it the usual way (None). The same
-        events and state as `_run`: the fixtures run every case through both."""
+        the pipeline's objects. The detokenizer, the stop conditions and the lexer each say
+        whether they would pass the text unchanged and alone; the first that would not
+        sends it the usual way (None). The engine then takes it as a segment, or by its
+        own shortcut (`Engine.take_plain`). The same events and state as `_run`: the
+        fixtures run every case through both."""
         if self._logprobs:
             return None
         stops = self._stops
@@ -301,13 +303,16 @@ class StreamParser:
         start = self._lexer.take_plain(text)
         if start is None:
             return None
-        kind = self._engine.take_plain(text, start)
-        if kind is None:
-            self._lexer.untake(start)
-            return None
         self._pos += len(text)
+        engine = self._engine
+        kind = engine.take_plain(text, start)
+        if kind is None:
+            # The lexer would have cut the text into this one segment: the engine takes it
+            # the usual way (whitespace the field holds back, a label, a filter, ...).
+            engine.segment(Text(text, start))
+            return self._events() if engine.out else []
         if kind == "region":
-            return self._events() if self._engine.out else []
+            return self._events() if engine.out else []
         parts = self._builder.parts(kind)
         parts.append(text)
         make = _MAKE[kind]

@@ -5,6 +5,9 @@ t(32k)/t(8k) (linear ≈ 4). `xml_repeat`: a Qwen3-Coder call whose parameter is
 long value undecided (a repeat or an example?) until that value's close, t(4N)/t(N).
 
     python bench/bench_stream.py [--formats gpt_oss,kimi_k2,xml_repeat]   # needs ../shared/models or $CHATSIEVE_MODELS
+
+`--fast-lane off` runs the parser without its fast lane (`StreamParser(fast_lane=False)`);
+`--fast-lane both` runs each output both ways, alternately, and adds the ratio off ÷ on.
 """
 
 from __future__ import annotations
@@ -174,16 +177,16 @@ def timed(fn) -> float:
     return best
 
 
-def run_text(fmt, pieces):
-    p = StreamParser(fmt, thinking=True)
+def run_text(fmt, pieces, fast=True):
+    p = StreamParser(fmt, thinking=True, fast_lane=fast)
     for s in pieces:
         p.feed(s)
     p.finish()
     return p
 
 
-def run_tokens(fmt, tok, ids):
-    p = StreamParser(fmt, tokenizer=tok, thinking=True)
+def run_tokens(fmt, tok, ids, fast=True):
+    p = StreamParser(fmt, tokenizer=tok, thinking=True, fast_lane=fast)
     for i in ids:
         p.feed(token_ids=[i])
     p.finish()
@@ -194,7 +197,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     names = [*SHAPES, "xml_repeat"]
     ap.add_argument("--formats", default=",".join(names), help=f"comma-separated, of {', '.join(names)}")
-    fmts = ap.parse_args().formats.split(",")
+    ap.add_argument("--fast-lane", choices=("on", "off", "both"), default="on", help="the parser's fast lane (on)")
+    a = ap.parse_args()
+    fmts = a.formats.split(",")
+    lanes = {"on": (True,), "off": (False,), "both": (False, True)}[a.fast_lane]
     base = models_dir()
     rows = []
     if "xml_repeat" in fmts:
@@ -203,28 +209,39 @@ def main() -> None:
     for fmt in fmts:
         tok = bench_tokenizer(fmt, base)
         for mode in ("text", "tokens"):
-            times = {}
+            times: dict = {}
             for n in SIZES:
                 ids = make_output(fmt, tok, n)
-                if mode == "text":
-                    pieces = [tok.decode([i]) for i in ids]
-                    check = run_text(fmt, pieces)
-                    t = timed(lambda fmt=fmt, pieces=pieces: run_text(fmt, pieces))
-                else:
-                    check = run_tokens(fmt, tok, ids)
-                    t = timed(lambda fmt=fmt, tok=tok, ids=ids: run_tokens(fmt, tok, ids))
-                msg = check.message
-                assert len(msg.tool_calls) == 1 and msg.reasoning and msg.content, msg.diagnostics
-                times[n] = t
-                rows.append((fmt, mode, n, t * 1e6 / len(ids)))
-            rows.append((fmt, mode, "ratio", times[SIZES[-1]] / times[SIZES[-2]]))
-    print(f"{'format':12} {'mode':7} {'tokens':>7} {'µs/token':>9}")
+                pieces = [tok.decode([i]) for i in ids] if mode == "text" else None
+                results = {}
+                for fast in lanes:
+                    if mode == "text":
+                        check = run_text(fmt, pieces, fast)
+                        t = timed(lambda fmt=fmt, pieces=pieces, fast=fast: run_text(fmt, pieces, fast))
+                    else:
+                        check = run_tokens(fmt, tok, ids, fast)
+                        t = timed(lambda fmt=fmt, tok=tok, ids=ids, fast=fast: run_tokens(fmt, tok, ids, fast))
+                    msg = check.message
+                    assert len(msg.tool_calls) == 1 and msg.reasoning and msg.content, msg.diagnostics
+                    results[fast] = (msg.reasoning, msg.content, [(c.name, c.arguments) for c in msg.tool_calls])
+                    times[n, fast] = t
+                if len(results) == 2:
+                    assert results[True] == results[False], f"{fmt} {mode} {n}: the fast lane changed the message"
+                rows.append((fmt, mode, n, [times[n, f] * 1e6 / len(ids) for f in lanes]))
+            rows.append((fmt, mode, "ratio", [times[SIZES[-1], f] / times[SIZES[-2], f] for f in lanes]))
+    heads = {"on": ["µs/token"], "off": ["µs/token"], "both": ["off", "on", "off÷on"]}[a.fast_lane]
+    print(f"{'format':12} {'mode':7} {'tokens':>7} " + " ".join(f"{h:>9}" for h in heads))
     for fmt, mode, n, v in rows:
+        if not isinstance(v, list):
+            v = [v]
+        if n != "ratio" and len(v) == 2:
+            v = [*v, v[0] / v[1]]
+        cells = " ".join(f"{x:9.2f}" for x in v)
         if n == "ratio":
             label = f"{REPEAT_SIZES[-1]}/{REPEAT_SIZES[0]}" if fmt == "xml_repeat" else "32k/8k"
-            print(f"{fmt:12} {mode:7} {label:>7} {v:9.2f}")
+            print(f"{fmt:12} {mode:7} {label:>7} {cells}")
         else:
-            print(f"{fmt:12} {mode:7} {n:7d} {v:9.2f}")
+            print(f"{fmt:12} {mode:7} {n:7d} {cells}")
 
 
 if __name__ == "__main__":

@@ -281,6 +281,13 @@ class Engine:
         self._text_end = start + len(text)
         return mode
 
+    @property
+    def bare(self) -> bool:
+        """Whether text of the open reasoning or content field goes straight to its
+        FieldSink, no filter between: the parser's hot lane then holds back a delta's
+        trailing whitespace itself, as the sink would (`StreamParser._spaced`)."""
+        return (self._r_filter if self._mode == REASONING else self._filter) is None
+
     def _on_text(self, text: str, start: int) -> None:
         while text:
             mode = self._mode

@@ -111,8 +111,7 @@ class MarkerLexer:
     def take_plain(self, text: str) -> int | None:
         """Fast lane: when feeding an ordinary (non-control) piece of `text` would give
         exactly `Text(text, start)` (nothing is held or pending, and no character of it
-        can begin a marker), take it so and return `start`; else None, nothing taken.
-        `untake` gives it back if the next stage declines it."""
+        can begin a marker), take it so and return `start`; else None, nothing taken."""
         if self._held or self._pending is not None:
             return None
         if self._first_re is not None and self._first_re.search(text) is not None:
@@ -120,10 +119,6 @@ class MarkerLexer:
         start = self._pos
         self._pos = self._held_start = start + len(text)
         return start
-
-    def untake(self, start: int) -> None:
-        """Undo the `take_plain` that returned `start`."""
-        self._pos = self._held_start = start
 
     def finish(self) -> list[Segment]:
         out: list[Segment] = []

@@ -24,13 +24,15 @@ from .events import (
     TokenLogprob,
     delta_maker,
 )
-from .lexer import GatedText, MarkerLexer
+from .lexer import GatedText, MarkerLexer, Text
 from .spec import FormatSpec
 from .tools import normalize_tools
 
 _GATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # tokenizer -> {lexer marker-character pattern: {token id: its hot-lane text, "" if none}}
 _HOT_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# the same for the texts that end in whitespace (the hot lane holds that back, see `_spaced`)
+_SPACED_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _MAKE = {"reasoning": delta_maker(ReasoningDelta), "content": delta_maker(ContentDelta)}
 _WS = " \t\r\n"
 
@@ -162,6 +164,10 @@ class StreamParser:
         self._done = False
         # The hot lane (see `feed`): the builder's list of the field it appends to, or None
         self._hot: list[str] | None = None
+        # ... or that list while the lane holds back whitespace (`_hot_held`; see `_spaced`)
+        self._warm: list[str] | None = None
+        self._hot_held: list[str] = []
+        self._hot_bare = False  # whether the field's text goes straight to its FieldSink
         self._hot_make = _MAKE["content"]
         self._hot_k = 0  # deltas it took that the stages have not been told of (`_cool`)
         self._hot_ids = False  # whether it may take token ids (opened by one: nothing pending)
@@ -169,9 +175,11 @@ class StreamParser:
         self._hot_ok = fast_lane and (self._stops is None or not self._stops.has_strings)
         self._hot_stops = self._stops.stop_ids if self._stops is not None else frozenset()
         self._hot_texts: dict[int, str] = {}
+        self._spaced_texts: dict[int, str] = {}
         if tokenizer is not None:
-            by_re = _HOT_TEXTS.setdefault(tokenizer, {})
-            self._hot_texts = by_re.setdefault(self._hot_re.pattern if self._hot_re else None, {})
+            key = self._hot_re.pattern if self._hot_re else None
+            self._hot_texts = _HOT_TEXTS.setdefault(tokenizer, {}).setdefault(key, {})
+            self._spaced_texts = _SPACED_TEXTS.setdefault(tokenizer, {}).setdefault(key, {})
 
     # ---- public ------------------------------------------------------------------------
     def feed(
@@ -186,12 +194,16 @@ class StreamParser:
             # nothing has happened since; the stages would then take any further delta
             # that has no character that can begin a marker and does not end in
             # whitespace the same way (`Engine.take_plain`), so it is taken here, and the
-            # stages are told of the run at once when it ends (`_cool`).
+            # stages are told of the run at once when it ends (`_cool`). Whitespace at the
+            # end of a delta is held back here as the field would hold it (`_spaced`).
             if token_ids is None:
-                if text and text[-1] not in _WS and (self._hot_re is None or self._hot_re.search(text) is None):
-                    hot.append(text)
-                    self._hot_k += 1
-                    return [self._hot_make(text)]
+                if text and (self._hot_re is None or self._hot_re.search(text) is None):
+                    if text[-1] not in _WS:
+                        hot.append(text)
+                        self._hot_k += 1
+                        return [self._hot_make(text)]
+                    if self._hot_bare:
+                        return self._spaced(hot, text)
             elif logprobs is None and len(token_ids) == 1 and self._hot_ids:
                 tid = token_ids[0]
                 text = self._hot_texts.get(tid)
@@ -199,9 +211,19 @@ class StreamParser:
                     hot.append(text)
                     self._hot_k += 1
                     return [self._hot_make(text)]
-                event = self._hot_id(tid) if text is None else None
-                if event is not None:
-                    return [event]
+                got = self._hot_id(tid) if not text else None
+                if got is not None:
+                    return got
+            self._cool()
+        elif self._warm is not None:
+            # the hot lane, holding back whitespace
+            if token_ids is None:
+                if text and (self._hot_re is None or self._hot_re.search(text) is None):
+                    return self._spaced(self._warm, text)
+            elif logprobs is None and len(token_ids) == 1:
+                got = self._hot_id(token_ids[0])
+                if got is not None:
+                    return got
             self._cool()
         if self._done:
             raise ValueError("feed() after finish(): start a new StreamParser for a new output")
@@ -276,10 +298,10 @@ class StreamParser:
         detok = self._detok
         events: list[Event] = []
         for tid in token_ids:
-            if self._hot is not None:
-                event = self._hot_id(tid)
-                if event is not None:
-                    events.append(event)
+            if self._hot is not None or self._warm is not None:
+                got = self._hot_id(tid)
+                if got is not None:
+                    events += got
                     continue
                 self._cool()
             text = detok.plain(tid)
@@ -290,9 +312,11 @@ class StreamParser:
     def _plain(self, text: str, token_id: int | None) -> list[Event] | None:
         """The fast lane: ordinary text (of one ordinary token `token_id`, or of a text
         delta) that only continues the open reasoning, content or argument string skips
-        the pipeline's objects. Every stage says whether it would pass the text unchanged
-        and alone; the first that would not sends it the usual way (None). The same
-        events and state as `_run`: the fixtures run every case through both."""
+        the pipeline's objects. The detokenizer, the stop conditions and the lexer each say
+        whether they would pass the text unchanged and alone; the first that would not
+        sends it the usual way (None). The engine then takes it as a segment, or by its
+        own shortcut (`Engine.take_plain`). The same events and state as `_run`: the
+        fixtures run every case through both."""
         if self._logprobs:
             return None
         stops = self._stops
@@ -301,22 +325,26 @@ class StreamParser:
         start = self._lexer.take_plain(text)
         if start is None:
             return None
-        kind = self._engine.take_plain(text, start)
-        if kind is None:
-            self._lexer.untake(start)
-            return None
         self._pos += len(text)
+        engine = self._engine
+        kind = engine.take_plain(text, start)
+        if kind is None:
+            # The lexer would have cut the text into this one segment: the engine takes it
+            # the usual way (whitespace the field holds back, a label, a filter, ...).
+            engine.segment(Text(text, start))
+            return self._events() if engine.out else []
         if kind == "region":
-            return self._events() if self._engine.out else []
+            return self._events() if engine.out else []
         parts = self._builder.parts(kind)
         parts.append(text)
         make = _MAKE[kind]
         if self._hot_ok:
             self._hot, self._hot_make, self._hot_ids = parts, make, token_id is not None
+            self._hot_bare = engine.bare
         return [make(text)]
 
-    def _hot_id(self, tid: int) -> Event | None:
-        """The hot lane for one token id (see `feed`): its event, or None, nothing taken."""
+    def _hot_id(self, tid: int) -> list[Event] | None:
+        """The hot lane for one token id (see `feed`): its events, or None, nothing taken."""
         if not self._hot_ids or tid in self._hot_stops:
             return None
         text = self._hot_texts.get(tid)
@@ -327,22 +355,67 @@ class StreamParser:
             if text and (text[-1] in _WS or (self._hot_re is not None and self._hot_re.search(text))):
                 text = ""
             self._hot_texts[tid] = text
+        hot = self._hot
+        if text:
+            if hot is None:
+                return self._spaced(self._warm, text)
+            hot.append(text)
+            self._hot_k += 1
+            return [self._hot_make(text)]
+        if not self._hot_bare:
+            return None
+        text = self._spaced_texts.get(tid)
+        if text is None:
+            # the same for a text that ends in whitespace, or ""
+            text = self._detok.plain(tid) or ""
+            if not text or text[-1] not in _WS or (self._hot_re is not None and self._hot_re.search(text)):
+                text = ""
+            self._spaced_texts[tid] = text
         if not text:
             return None
-        self._hot.append(text)
-        self._hot_k += 1
-        return self._hot_make(text)
+        return self._spaced(hot if hot is not None else self._warm, text)
+
+    def _spaced(self, parts: list[str], text: str) -> list[Event]:
+        """The hot lane for a delta that ends in whitespace, or follows whitespace it held
+        back: what `FieldSink.write` does in a field that has begun (the lane is `bare`),
+        whitespace at the end held until more text follows, each held piece its own delta."""
+        body = text.rstrip(_WS)
+        held = self._hot_held
+        events: list[Event] = []
+        if body:
+            make = self._hot_make
+            for ws in held:
+                parts.append(ws)
+                events.append(make(ws))
+            parts.append(body)
+            events.append(make(body))
+            self._hot_k += len(held) + 1
+            held.clear()
+        if len(body) < len(text):
+            held.append(text[len(body) :])
+        if held:
+            self._hot, self._warm = None, parts
+        else:
+            self._hot, self._warm = parts, None
+        return events
 
     def _cool(self) -> None:
         """Leave the hot lane: the stages take the run of text it took as one delta of
-        the fast lane, which changes their state as the deltas one by one would have."""
-        hot, k = self._hot, self._hot_k
-        self._hot, self._hot_k = None, 0
+        the fast lane, which changes their state as the deltas one by one would have, and
+        then the whitespace it held back, as segments."""
+        hot, k = (self._hot if self._hot is not None else self._warm), self._hot_k
+        self._hot, self._warm, self._hot_k = None, None, 0
         if k:
             text = "".join(hot[-k:])
             start = self._lexer.take_plain(text)
             self._engine.take_plain(text, start)
             self._pos += len(text)
+        if self._hot_held:
+            held, self._hot_held = self._hot_held, []
+            for ws in held:
+                start = self._lexer.take_plain(ws)
+                self._engine.segment(Text(ws, start))
+                self._pos += len(ws)
 
     def _run(self, pieces: list[Piece], final: bool = False, cut: bool = True) -> list[Event]:
         if self._stops is not None:

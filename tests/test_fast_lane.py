@@ -53,12 +53,12 @@ FRAGMENTS = {
     "deepseek_v31": [
         "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
         "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>", "write_file", '{"path": "',
-        '", "n": 3}', '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}",
+        '", "n": 3}', '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}", "。 ", " a \n", "  ",
     ],
     "kimi_k2": [
         "<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.write_file:0",
         "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|im_end|>",
-        '{"path": "', '", "n": 3}', '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}",
+        '{"path": "', '", "n": 3}', '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}", "。 ", " a \n", "  ",
     ],
 }
 
@@ -122,7 +122,7 @@ def test_same_events_in_token_mode(fmt, data):
         assert _merged(fast) == _merged(full)
 
 
-@pytest.mark.parametrize("fmt", ["qwen3", "gpt_oss"])
+@pytest.mark.parametrize("fmt", ["qwen3", "gpt_oss", "deepseek_v31", "kimi_k2"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_same_events_feeding_ids_and_text_in_turn(fmt, data):
@@ -238,3 +238,115 @@ def test_the_lane_is_taken(fmt, mode, monkeypatch):
     assert len(lexer_feeds) < len(ids) / 4, f"{len(lexer_feeds)} of {len(ids)} deltas took the full pipeline"
     # and most deltas of reasoning and content take the hot lane, past even the lane's checks
     assert len(lane) < len(ids) / 2, f"{len(lane)} of {len(ids)} deltas took the fast lane, not the hot lane"
+
+
+# Reasoning and content whose deltas often end in whitespace (a space or a newline token of
+# its own, as DeepSeek's and Kimi's tokenizers give "。 " or ". " before a word): the hot lane
+# holds that whitespace back as the field would (`StreamParser._spaced`), and gives it up to
+# the stages before a marker, a stop string, a batch of ids or the end of the output.
+SPACED_PROSE = " Rain at nine. 明天有小雨。 Then  sun,\n\nclear. \n  Done."
+SPACED = {
+    "deepseek_v31": (
+        f"{SPACED_PROSE}  \n</think>{SPACED_PROSE} \n",
+        '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>write_file<｜tool▁sep｜>{"path": "/tmp/a b", "n": 3}'
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>",
+    ),
+    "kimi_k2": (
+        f"<think>{SPACED_PROSE} \n</think>{SPACED_PROSE}\n\n",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.write_file:0<|tool_call_argument_begin|>"
+        '{"path": "/tmp/a b", "n": 3}<|tool_call_end|><|tool_calls_section_end|><|im_end|>',
+    ),
+    "qwen3": (
+        f"<think>{SPACED_PROSE} \n</think>{SPACED_PROSE}\n\n",
+        '<tool_call>\n{"name": "write_file", "arguments": {"path": "/tmp/a b", "n": 3}}\n</tool_call><|im_end|>',
+    ),
+    "gpt_oss": (
+        f"<|channel|>analysis<|message|>{SPACED_PROSE} \n<|end|><|start|>assistant<|channel|>final<|message|>"
+        f"{SPACED_PROSE}\n\n",
+        "<|return|>",
+    ),
+}
+SPACED_STOPS = [None, ["n. "], ["\n\nc"]]
+
+
+def _token_texts(tok, text: str) -> list[str]:
+    """`text` as its tokens' texts (a character split across tokens in the last of them)."""
+    pieces, done, ids = [], "", []
+    for i in tok.encode(text):
+        ids.append(i)
+        now = tok.decode(ids)
+        if not now.endswith("\ufffd"):
+            pieces.append(now[len(done) :])
+            done = now
+    return pieces
+
+
+@pytest.mark.parametrize("fmt", sorted(SPACED))
+@pytest.mark.parametrize("stop", SPACED_STOPS)
+@pytest.mark.parametrize("ending", ["call", "cut"])
+def test_held_whitespace_at_every_split_point_text(fmt, stop, ending):
+    """Text mode: the output's token texts, one per delta, with the delta around each
+    character offset cut there; the same events with and without the fast lane."""
+    tok = _tokenizer(fmt)
+    prose, call = SPACED[fmt]
+    pieces = _token_texts(tok, prose + call if ending == "call" else prose)
+    opts = {"thinking": True, "stop": stop}
+    full_text = "".join(pieces)
+    at = 0
+    for i, piece in enumerate(pieces):
+        for cut in range(len(piece)):
+            chunks = [*pieces[:i], *([piece[:cut]] if cut else []), piece[cut:], *pieces[i + 1 :]]
+            assert "".join(chunks) == full_text
+            assert _run(fmt, chunks, True, **opts) == _run(fmt, chunks, False, **opts), (at + cut, chunks)
+        at += len(piece)
+
+
+@pytest.mark.parametrize("fmt", sorted(SPACED))
+@pytest.mark.parametrize("stop", SPACED_STOPS)
+@pytest.mark.parametrize("ending", ["call", "cut"])
+def test_held_whitespace_at_every_split_point_tokens(fmt, stop, ending):
+    """Token mode: one id per delta, except that at each split point the next three ids
+    come as one batch; and the whole output cut in two there. Both lanes agree (with a stop
+    string, on the deltas joined: see `test_same_events_in_token_mode`)."""
+    tok = _tokenizer(fmt)
+    prose, call = SPACED[fmt]
+    ids = tok.encode(prose + call if ending == "call" else prose)
+    opts = {"thinking": True, "stop": stop}
+    for k in range(len(ids) + 1):
+        singles = [[i] for i in ids[:k]] + [ids[k : k + 3]] + [[i] for i in ids[k + 3 :]]
+        singles = [c for c in singles if c]
+        fast, full = _run(fmt, singles, True, tok, **opts), _run(fmt, singles, False, tok, **opts)
+        assert _merged(fast) == _merged(full), k
+        if stop is None:
+            assert fast == full, k
+        halves = [c for c in (ids[:k], ids[k:]) if c]
+        fast, full = _run(fmt, halves, True, tok, **opts), _run(fmt, halves, False, tok, **opts)
+        assert _merged(fast) == _merged(full), k
+        if stop is None:
+            assert fast == full, k
+
+
+@pytest.mark.parametrize("fmt", sorted(SPACED))
+@pytest.mark.parametrize("mode", ["text", "tokens"])
+def test_whitespace_deltas_stay_in_the_hot_lane(fmt, mode, monkeypatch):
+    """A delta that ends in whitespace, and the one after it, no longer leave the hot lane."""
+    tok = _tokenizer(fmt)
+    lane = []
+    real_plain = StreamParser._plain
+    monkeypatch.setattr(StreamParser, "_plain", lambda self, *a: lane.append(a) or real_plain(self, *a))
+    prose = SPACED[fmt][0].replace(SPACED_PROSE, SPACED_PROSE * 20)
+    ids = tok.encode(prose)
+    if mode == "tokens":
+        p = StreamParser(fmt, tools=TOOLS, thinking=True, tokenizer=tok)
+        for i in ids:
+            p.feed(token_ids=[i])
+    else:
+        p = StreamParser(fmt, tools=TOOLS, thinking=True)
+        for piece in _token_texts(tok, prose):
+            p.feed(piece)
+    p.finish()
+    assert p.message.content == p.message.reasoning == (SPACED_PROSE * 20).strip()
+    spaced = sum(1 for i in ids if tok.decode([i])[-1:].isspace())
+    assert spaced > 40
+    # (each of them and the delta after it used to; a character cut across ids still leaves it)
+    assert len(lane) < spaced / 2, f"{len(lane)} of {len(ids)} deltas ({spaced} ending in whitespace) left the hot lane"

@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _json, prefix_cache
-from .messages import MessageError, normalize_messages
-from .tokenizer import Tokenizer, load_tokenizer
+from .. import _json, prefix_cache
+from ..messages import MessageError, normalize_messages
+from ..tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
     "BOOLEAN_VARIABLES",
@@ -134,7 +134,7 @@ def owned_variables(tok: Tokenizer | None) -> frozenset[str]:
     """Template variable names a request may not set: the renderer's, the template helpers'
     (`raise_exception`, `namespace`, ...), and the tokenizer's special tokens (`*_token(s)` keys of
     its config, as transformers passes them)."""
-    from .jinja_env import template_globals
+    from ..jinja_env import template_globals
 
     names = set(_RENDERER_VARIABLES) | template_globals()
     if tok is not None:
@@ -365,7 +365,7 @@ def _render(source: str, messages: list, tools: Any, documents: Any, add_generat
             variables: dict) -> str:
     import jinja2
 
-    from .jinja_env import render_template
+    from ..jinja_env import render_template
 
     # The data as it is: the immutable sandbox cannot change it, and a template that needs the
     # mutable one gets fresh copies (render_template), so the renderings after it see the same.
@@ -428,7 +428,7 @@ def _render_request(source: str, messages: list, tools: Any, documents: Any, add
     its documented tool prompt, results as user turns, calls as text; see chatsieve.tool_prompt)."""
     if format is None:
         return _render(source, messages, tools, documents, add_generation_prompt, variables)
-    from .tool_prompt import adapt_conversation, apply_splices, harmony_turns
+    from ..tool_prompt import adapt_conversation, apply_splices, harmony_turns
 
     spec = _format_spec(format)
     messages, splices = harmony_turns(source, adapt_conversation(source, messages, tools, spec), spec)
@@ -436,7 +436,7 @@ def _render_request(source: str, messages: list, tools: Any, documents: Any, add
 
 
 def _format_spec(format: str):
-    from . import formats
+    from .. import formats
 
     try:
         return formats.get(format)

@@ -288,8 +288,9 @@ def _row(row) -> str:
 # first, so the work a request does is named before the framework that called it).
 PARTS = (
     ("preparation: isolation scan (collecting caller strings, the delimiter search)",
-     ("_strings (chatsieve/prompt.py", "_mark (chatsieve/prompt.py", "_mark_string", "maybe_marked")),
-    ("preparation: copies (deepcopy, _plain)", ("deepcopy", "_plain (chatsieve/prompt.py")),
+     ("_strings (chatsieve/prompt/isolation.py", "_mark (chatsieve/prompt/isolation.py", "_mark_string",
+      "maybe_marked")),
+    ("preparation: copies (deepcopy, plain)", ("deepcopy", "plain (chatsieve/prompt/context.py")),
     ("preparation: prefix cache lookup", ("_longest (chatsieve/prefix_cache.py", "_common_prefix", "_keep (chatsieve")),
     ("preparation: tokenizing", ("encode_batch", "_whole (chatsieve/prefix_cache.py")),
     ("preparation: Jinja", ("render_template (chatsieve/jinja_env.py",)),

@@ -2,8 +2,8 @@
 
 A grammar on vLLM or SGLang cannot name a control token (`<tool_call>`, `<|tool_call>`), so
 `tool_choice` required / named is enforced there by a JSON Schema: the reply is
-`[{"name": ..., "arguments": {...}}, ...]` (minItems 1; maxItems 1 without parallel calls), and
-`CALL_LIST` parses exactly that reply as the calls.
+`[{"name": ..., "arguments": {...}}, ...]` (minItems 1; maxItems 1 without parallel calls;
+`chatsieve.grammar.call_list_schema`), and `CALL_LIST` parses exactly that reply as the calls.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 from .args.mistral import MistralCallList
 from .events import ContentDelta, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
 from .spec import FormatSpec
-from .tools import normalize_tools, rebase_refs
 
-__all__ = ["CALL_LIST", "CallListParser", "call_list_schema"]
+__all__ = ["CALL_LIST", "CallListParser"]
 
-# Not registered as a format: the server's parser for a reply constrained by call_list_schema.
+# Not registered as a format: the server's parser for a reply constrained by
+# `chatsieve.grammar.call_list_schema`.
 CALL_LIST = FormatSpec(
     name="json_call_list",
     description="a reply constrained to a JSON list of calls (forced tool_choice on vLLM / SGLang)",
@@ -28,35 +28,8 @@ CALL_LIST = FormatSpec(
 )
 
 
-def call_list_schema(tools: Sequence[Mapping[str, Any]], *, parallel: bool) -> dict:
-    """JSON Schema of a list of calls to `tools`: each item one tool's name and its arguments."""
-    normalized = normalize_tools(tools)
-    if not normalized:
-        from .grammar import GrammarError
-
-        raise GrammarError("tool_choice needs at least one tool to call")
-    one = len(normalized) == 1
-    items = [
-        {
-            "type": "object",
-            # the arguments' own `$ref`s, rewritten to where that schema now stands
-            "properties": {"name": {"const": name},
-                           "arguments": rebase_refs(dict(params), "/items" + ("" if one else f"/anyOf/{i}")
-                                                    + "/properties/arguments") if params else {"type": "object"}},
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
-        for i, (name, params) in enumerate(normalized.items())
-    ]  # fmt: skip
-    schema: dict[str, Any] = {"type": "array", "items": items[0] if one else {"anyOf": items},
-                              "minItems": 1}  # fmt: skip
-    if not parallel:
-        schema["maxItems"] = 1
-    return schema
-
-
 class CallListParser:
-    """A family's parser whose content is a reply constrained by `call_list_schema`: reasoning and
+    """A family's parser whose content is a reply constrained by `grammar.call_list_schema`: reasoning and
     everything else pass through; the content is held and, at the end, handed out as the calls
     it lists (or as the content it was, when it is not a complete list, e.g. cut by max_tokens)."""
 

@@ -190,7 +190,7 @@ def _tokenizer_resolver(models: str | None):
 
 
 _DELEGATED = {
-    "render": ("prompt", "render_main", "render a chat prompt: text and token ids"),
+    "render": ("prompt.cli", "render_main", "render a chat prompt: text and token ids"),
     "serve": ("server", "serve_main", "OpenAI-compatible server in front of an engine"),
     "dynamo": ("integrations.dynamo", "main", "NVIDIA Dynamo's frontend with chatsieve as its chat processor"),
 }

@@ -152,13 +152,14 @@ def _calls(pairs, id_shape: str) -> list[dict]:
 
 
 def _render(source: str, messages: list[dict], variables: dict, add_generation_prompt: bool) -> str | None:
-    from .prompt import PromptError, _call_shape, _prepare_messages
-    from .prompt import _render as render
+    from .prompt.context import prepare_messages
+    from .prompt.errors import PromptError
+    from .prompt.template import call_shape, render_chat_template
 
-    shape = _call_shape(source)
+    shape = call_shape(source)
     try:
-        msgs = _prepare_messages(messages, shape.objects, shape.null_content)
-        return render(source, msgs, TOOLS, None, add_generation_prompt, variables)
+        msgs = prepare_messages(messages, shape.objects, shape.null_content)
+        return render_chat_template(source, msgs, TOOLS, None, add_generation_prompt, variables)
     except PromptError:
         return None
 

@@ -567,6 +567,32 @@ def calls_or_answer(
                              what="tools with response_format")
 
 
+def call_list_schema(tools: Sequence[Mapping[str, Any]], *, parallel: bool) -> dict:
+    """JSON Schema of a list of calls to `tools`: each item one tool's name and its arguments (the
+    reply `chatsieve.call_list.CallListParser` reads as the calls)."""
+    normalized = normalize_tools(tools)
+    if not normalized:
+        raise GrammarError("tool_choice needs at least one tool to call")
+    one = len(normalized) == 1
+    items = [
+        {
+            "type": "object",
+            # the arguments' own `$ref`s, rewritten to where that schema now stands
+            "properties": {"name": {"const": name},
+                           "arguments": rebase_refs(dict(params), "/items" + ("" if one else f"/anyOf/{i}")
+                                                    + "/properties/arguments") if params else {"type": "object"}},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for i, (name, params) in enumerate(normalized.items())
+    ]  # fmt: skip
+    schema: dict[str, Any] = {"type": "array", "items": items[0] if one else {"anyOf": items},
+                              "minItems": 1}  # fmt: skip
+    if not parallel:
+        schema["maxItems"] = 1
+    return schema
+
+
 def _calls_constraint(
     format: str | FormatSpec,
     *,
@@ -580,8 +606,6 @@ def _calls_constraint(
 ) -> Constraint:
     """The family's calls (or, with `answer_schema`, the calls or that answer) in one grammar where
     the engine can express them, else as a JSON Schema for a list of calls (`anyOf` the answer)."""
-    from .call_list import call_list_schema
-
     extra = {} if answer_schema is None else {"answer_schema": answer_schema}
     try:
         return Constraint("grammar", grammar=call_grammar(

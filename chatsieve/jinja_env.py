@@ -21,7 +21,7 @@ __all__ = ["compile_template", "render_template", "template_globals"]
 
 
 def _fail(message: str) -> None:
-    """`raise_exception(msg)` in a template: prompt.py reports msg as a PromptError."""
+    """`raise_exception(msg)` in a template: chatsieve.prompt reports msg as a PromptError."""
     raise jinja2.exceptions.TemplateError(message)
 
 

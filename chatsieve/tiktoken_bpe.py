@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .byte_level import gpt2_byte_decoder
+
 __all__ = ["LAYOUTS", "TiktokenLayout", "find_tiktoken_file", "read_ranks", "tiktoken_tokenizer"]
 
 # Kimi K2's split (its tokenization_kimi.py): Han runs apart, letters with `&&` class
@@ -162,8 +164,6 @@ def _merges(vocab: dict[str, int]) -> list[tuple[str, str]]:
 
 def _byte_alphabet() -> dict[int, str]:
     """GPT-2's byte-level alphabet: byte -> the printable character standing for it."""
-    from .tokenizer import gpt2_byte_decoder
-
     return {b: c for c, b in gpt2_byte_decoder().items()}
 
 

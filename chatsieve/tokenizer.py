@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .byte_level import gpt2_byte_decoder
 from .gguf import MAGIC as GGUF_MAGIC
 from .gguf import read_metadata
 from .gguf_tokenizer import gguf_tokenizer
@@ -89,19 +90,6 @@ _LOOKED_FOR = "tokenizer.json, tokenizer.json.xz, or vocab.json + merges.txt, or
 
 class TokenizerNotFoundError(FileNotFoundError, ValueError):
     """A tokenizer directory or its tokenizer files are missing."""
-
-
-def gpt2_byte_decoder() -> dict[str, int]:
-    """The GPT-2 byte-level alphabet: printable stand-in character -> byte."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), 256)]
-    chars = list(printable)
-    n = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
 
 
 

@@ -49,13 +49,14 @@ class TemplateSupport:
 @functools.lru_cache(maxsize=32)
 def template_support(source: str) -> TemplateSupport:
     """Probe `source` with a tool, a tool result and a call (cached per template)."""
-    from .prompt import PromptError, _call_shape, _render
+    from .prompt.errors import PromptError
+    from .prompt.template import call_shape, render_chat_template
 
     variables = {"bos_token": "", "eos_token": ""}
 
     def render(messages: list[dict], tools: Any) -> str | None:
         try:
-            return _render(source, messages, tools, None, True, variables)
+            return render_chat_template(source, messages, tools, None, True, variables)
         except PromptError:
             return None
 
@@ -64,7 +65,7 @@ def template_support(source: str) -> TemplateSupport:
     for conversation in (user, [{"role": "system", "content": "s"}, *user]):  # some render tools in a system turn
         with_tools, without = render(conversation, _PROBE_TOOLS), render(conversation, None)
         tools = tools or with_tools is None or without is None or with_tools != without
-    shape = _call_shape(source)
+    shape = call_shape(source)
     call = {"id": _PROBE_ID, "type": "function",
             "function": {"name": "probe_tool", "arguments": {"k": "v"} if shape.objects else '{"k": "v"}'}}
     result = render([*user, {"role": "assistant", "content": None if shape.null_content else "", "tool_calls": [call]},
@@ -173,7 +174,7 @@ class Splice:
 def apply_splices(text: str, splices: Sequence[Splice]) -> str:
     """The rendered `text` with each splice put in; PromptError if the template did not write a
     splice's place exactly once (it rendered the message otherwise than probed: fail closed)."""
-    from .prompt import PromptError
+    from .prompt.errors import PromptError
 
     for sp in splices:
         if text.count(sp.at) != 1:
@@ -222,7 +223,8 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     no way to write it: never a prompt that silently lost the tools. System messages after the
     first turn go into the leading one where the template would drop them.
     """
-    from .prompt import PromptError, _call_shape
+    from .prompt.errors import PromptError
+    from .prompt.template import call_shape
 
     if (any(m.get("role") == "system" for m in messages[1:]) and not template_support(source).late_system
             and spec.name != _HARMONY):  # gpt-oss: in place, by harmony_turns
@@ -243,7 +245,7 @@ def adapt_conversation(source: str, messages: list[dict], tools: list | None,
     if has_calls and not support.calls and not (doc and doc.calls):
         missing.append("earlier tool calls")
     # a template that renders calls only under null content (DeepSeek V3) drops those of a message with text
-    texted = has_calls and support.calls and _call_shape(source).null_content and any(
+    texted = has_calls and support.calls and call_shape(source).null_content and any(
         m.get("role") == "assistant" and m.get("tool_calls") and m.get("content") for m in messages)
     if texted and not (doc and doc.calls):
         missing.append("earlier tool calls of a message with text")
@@ -301,7 +303,7 @@ def _one_call_per_message(messages: list[dict]) -> list[dict]:
 
 
 def _calls_as_text(message: dict, syntax: str) -> dict:
-    from .prompt import PromptError
+    from .prompt.errors import PromptError
 
     try:
         calls = write_calls(syntax, message["tool_calls"])

@@ -141,7 +141,7 @@ def _vocab_sample(name: str) -> tuple[list[int], list[int], list[int]]:
     if tok.byte_fallback_ids:
         byte_ids = sorted(tok.byte_fallback_ids)
     else:  # byte-level BPE: the 256 one-byte tokens
-        from chatsieve.tokenizer import gpt2_byte_decoder
+        from chatsieve.byte_level import gpt2_byte_decoder
 
         byte_ids = sorted(i for c in gpt2_byte_decoder() if (i := tok.token_to_id(c)) is not None)
     assert len(byte_ids) == 256

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from test_prompt_isolation import FAMILIES, TOOLS, _contents, conversation, template
 from test_prompt_isolation import tokenizer as chat_tokenizer
 
-from chatsieve import prompt as prompt_module
 from chatsieve.prompt import PromptError, render_prompt
+from chatsieve.prompt import isolation as prompt_module
+from chatsieve.prompt.context import prepare_messages
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -37,7 +38,7 @@ def test_the_shortcut_changes_no_prompt(family, monkeypatch):
         conv = conversation(family, system=pad + system + pad, user=user + pad, tool=pad + tool)
         fast = render_prompt(conv, **args)
         delims = real(args["tokenizer"], fam_kw.get("format"), fam_kw.get("markers"))
-        caller = prompt_module._strings(prompt_module._prepare_messages(conv)) + prompt_module._strings(TOOLS)
+        caller = prompt_module._strings(prepare_messages(conv)) + prompt_module._strings(TOOLS)
         skipped.append(delims.maybe_marked.search("\x00".join(caller)) is None)
         with monkeypatch.context() as m:
             m.setattr(prompt_module, "_active_delimiters", full_pass)

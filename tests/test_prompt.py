@@ -18,11 +18,11 @@ from chatsieve.prompt import (
     GEMMA4_EMPTY_THOUGHT,
     Prompt,
     PromptError,
-    _call_shape,
     render_main,
     render_prompt,
     render_text,
 )
+from chatsieve.prompt.template import call_shape as _call_shape
 from chatsieve.tokenizer import Tokenizer
 
 # -- real tokenizers, loaded once -------------------------------------------------------------

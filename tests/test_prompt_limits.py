@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from models import chat_tokenizer
 
-from chatsieve import prompt as prompt_module
-from chatsieve.prompt import PromptTooLong, _min_tokens, render_prompt
+from chatsieve.prompt import PromptTooLong, render_prompt
+from chatsieve.prompt import truncation as prompt_module
+from chatsieve.prompt.truncation import min_tokens as _min_tokens
 from chatsieve.tokenizer import load_tokenizer
 
 WORDS = ["hello", " ", "  ", "\n", "\n\n", "日本語", "<tool_call>", "x" * 70, "123456", "!!", "é", "\t", "▁"]

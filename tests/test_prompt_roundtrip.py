@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from models import chat_tokenizer, model_path, tokenizer
 
 from chatsieve import StreamParser, formats
-from chatsieve.prompt import PromptError, _call_shape, load_chat_template, render_prompt, render_text
+from chatsieve.prompt import PromptError, load_chat_template, render_prompt, render_text
+from chatsieve.prompt.template import call_shape as _call_shape
 from chatsieve.tool_prompt import _one_call_per_message, template_support, write_calls
 
 TOOLS = [

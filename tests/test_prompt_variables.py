@@ -25,10 +25,10 @@ from chatsieve.prompt import (
     BOOLEAN_VARIABLES,
     PromptError,
     TemplateVariableError,
-    _control_tokens,
     owned_variables,
     render_prompt,
 )
+from chatsieve.prompt.isolation import _control_tokens
 from chatsieve.tokenizer import load_tokenizer
 
 # template file (under the models dir; "X/tokenizer_config.json": the template inside it) -> tokenizer

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import formats
+from .formats import registry as formats
 from .spec import FormatSpec
 
 __all__ = ["Candidate", "Detection", "FormatMatch", "Rendering", "analyze", "detect", "probe", "transcript"]

@@ -322,7 +322,7 @@ _REGISTERED: dict[str, FormatSpec] = {}  # families registered from files, by na
 def register_file(path: str | Path) -> FormatSpec:
     """`load` and register the family under its name (again: replaced). A name or alias that a
     built-in family has is refused."""
-    from . import formats
+    from .formats import registry as formats
 
     spec = load(path)
     for key in (spec.name, *spec.aliases):

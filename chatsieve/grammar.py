@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .formats import get as get_format
+from .formats.registry import get as get_format
 from .spec import FormatSpec
 from .tools import normalize_tools, rebase_refs
 
@@ -425,7 +425,7 @@ CALL_SYNTAXES: dict[str, Callable[[_Ctx, Mapping[str, dict], bool, _Rules], str]
 
 def supported_formats() -> list[str]:
     """Formats whose tool calls can be forced (tool_choice required / named)."""
-    from . import formats
+    from .formats import registry as formats
 
     return [n for n in formats.names() if formats.get(n).call_syntax in CALL_SYNTAXES]
 
@@ -673,37 +673,11 @@ def _answer_prefix(spec: FormatSpec) -> str | None:
     return entry[1] if entry else None
 
 
-def plan(
-    format: str | FormatSpec,
-    *,
-    engine: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: str,
-    response_format: Mapping[str, Any] | None,
-    token_id: Callable[[str], int | None] | None,
-    parallel: bool = True,
-    thinking: bool | None = None,
-    strict: Sequence[str] = (),
-    aliases: Sequence[tuple[str, str]] = (),
-) -> Constraint | None:
-    """The engine constraint for one request: a forced call for tool_choice `required` or a named
-    function (`tools` already narrowed to it), else the response_format's JSON, else (`auto`) the
-    `strict` tools' arguments held to their schemas once a call opens (strict_tools.py), else None."""
-    if tool_choice in ("required", "function") and tools:
-        return forced_calls(format, engine=engine, tools=tools, token_id=token_id,
-                            parallel=parallel and tool_choice != "function", thinking=thinking)
-    constraint = response_format_constraint(response_format)
-    if constraint is None:
-        if tools and tool_choice == "auto" and strict:
-            from .strict_tools import strict_constraint
-
-            return strict_constraint(get_format(format), engine=engine, tools=tools, strict=strict,
-                                     parallel=parallel, token_id=token_id, aliases=aliases)
-        return None
-    if tools and tool_choice == "auto":
-        return calls_or_answer(format, engine=engine, tools=tools, token_id=token_id, parallel=parallel,
-                               thinking=thinking, answer=constraint)
-    spec = get_format(format)
+def json_after_reasoning(spec: FormatSpec, constraint: Constraint, *, engine: str, thinking: bool | None,
+                         token_id: Callable[[str], int | None] | None) -> Constraint:
+    """A response_format's JSON `constraint` for a family that may reason first: two phases (the
+    reasoning, then the JSON) where the engine takes them, a GBNF with room for the reasoning on
+    llama.cpp, or the JSON as the whole output where there is no reasoning to leave room for."""
     end = _reasoning_end(spec, thinking)
     if end is None:
         return constraint

@@ -12,7 +12,6 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from . import formats
 from .engine import Engine
 from .events import (
     ContentDelta,
@@ -24,6 +23,7 @@ from .events import (
     TokenLogprob,
     delta_maker,
 )
+from .formats import registry as formats
 from .lexer import GatedText, MarkerLexer, Text
 from .spec import FormatSpec
 from .tools import normalize_tools

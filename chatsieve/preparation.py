@@ -11,8 +11,8 @@ from typing import Any
 
 from jinja2 import TemplateError
 
+from .constraints import plan as constraint_plan
 from .grammar import Constraint, GrammarError, GrammarTooLarge
-from .grammar import plan as constraint_plan
 from .prompt import Prompt, PromptError, PromptTooLong, TemplateVariableError, render_prompt, thinking_switch
 from .protocols.common import THINKING_SWITCHES, ChatRequest, RequestError, effort_budget
 
@@ -186,7 +186,7 @@ def fitted_max_tokens(req: ChatRequest, prompt_tokens: int, context: int | None)
 
 
 def plan_request_constraint(req: ChatRequest, *, format: str, engine: str, tokenizer: Any) -> Constraint | None:
-    """What the engine must enforce for the request's tool_choice / response_format (grammar.plan)."""
+    """What the engine must enforce for the request's tool_choice / response_format (constraints.plan)."""
     try:
         return constraint_plan(
             format,

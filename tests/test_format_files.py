@@ -15,6 +15,7 @@ import pytest
 from chatsieve import formats
 from chatsieve.fixtures import _run, check_case, iter_fixture_files, load_cases, normalized
 from chatsieve.format_file import MAX_FILE_BYTES, FormatFileError, parse_format, register_file
+from chatsieve.formats import registry
 
 HERE = Path(__file__).parent
 FILES = {"qwen3": "qwen3.yaml", "glm47": "glm47.yaml", "gpt_oss": "gpt_oss.json"}
@@ -134,10 +135,10 @@ def unregistered():
     names: list[str] = []
     yield names
     for name in names:
-        spec = formats._SPECS.pop(name, None)
+        spec = registry._SPECS.pop(name, None)
         format_file._REGISTERED.pop(name, None)
         for key in (name, *(spec.aliases if spec else ())):
-            formats._ALIASES.pop(formats._key(key), None)
+            registry._ALIASES.pop(registry._key(key), None)
 
 
 def test_registered_by_name_and_again(tmp_path, unregistered):

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatsieve import parse as parse_output
+from chatsieve.constraints import plan
 from chatsieve.grammar import (
     Constraint,
     GrammarError,
     call_grammar,
     json_schema_grammar,
-    plan,
     response_format_constraint,
     supported_formats,
 )

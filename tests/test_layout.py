@@ -16,29 +16,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "chatsieve"
 MAX_LINES = 900
 
-# Known, pre-existing failures that the server half of issue 35 removes (it shrinks these two files
-# and opens the app circle on its own branch): removed when the server half lands. The app circle
-# is two cycles here: app <-> responses_api, and app importing the package's CONFIG_ENV while the
-# package imports app.
-KNOWN_LONG_MODULES = frozenset({"chatsieve/server/app.py", "chatsieve/protocols/openai_responses.py"})
-KNOWN_SERVER_CYCLES = frozenset({
-    ("chatsieve.server.app", "chatsieve.server.responses_api"),
-    ("chatsieve.server", "chatsieve.server.app"),
-})
-# Pre-existing library cycles outside the three issue 35 opened (prompt <-> tool_prompt,
-# call_list <-> grammar, tiktoken_bpe <-> tokenizer): `formats` hands out `detect`, `analyze` and
-# `load` of the modules above it (detect.py, format_file.py), and grammar.plan dispatches to
-# strict_tools, which builds on grammar. Each entry goes when its cycle opens; any other cycle fails.
-KNOWN_LIBRARY_CYCLES = frozenset({
-    ("chatsieve.detect", "chatsieve.formats"),
-    ("chatsieve.detect", "chatsieve.parser", "chatsieve.formats"),
-    ("chatsieve.detect", "chatsieve.prompt.template", "chatsieve.formats"),
-    ("chatsieve.format_file", "chatsieve.formats"),
-    ("chatsieve.format_file", "chatsieve.grammar", "chatsieve.formats"),
-    ("chatsieve.grammar", "chatsieve.strict_tools"),
-})
-KNOWN_CYCLES = KNOWN_SERVER_CYCLES | KNOWN_LIBRARY_CYCLES
-
 # The server may be imported by the server itself, the command line, and the integrations (servers
 # of others that run chatsieve's); everything else -- protocols, parser, prompt, ... -- sits below
 # it. (Today only the server imports itself: the CLI reaches `serve` by name, cli._DELEGATED.)
@@ -137,14 +114,8 @@ def test_the_graph_sees_nested_relative_and_submodule_imports():
 
 
 def test_no_import_cycles():
-    found = [c for c in cycles(import_graph()) if c not in KNOWN_CYCLES]
+    found = cycles(import_graph())
     assert not found, "import cycles among chatsieve's modules:\n" + "\n".join(map(readable, found))
-
-
-def test_the_known_cycles_are_still_there():
-    """An allow-listed cycle that is gone leaves the list too (else it would hide its return)."""
-    gone = KNOWN_CYCLES - set(cycles(import_graph()))
-    assert not gone, "no longer cycles, remove them from the known ones:\n" + "\n".join(map(readable, sorted(gone)))
 
 
 def test_nothing_below_the_server_imports_it():
@@ -160,7 +131,5 @@ def test_nothing_below_the_server_imports_it():
 
 def test_no_module_is_too_long():
     lines = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in modules().values()}
-    long = sorted(f"{p}: {n} lines" for p, n in lines.items() if n > MAX_LINES and p not in KNOWN_LONG_MODULES)
+    long = sorted(f"{p}: {n} lines" for p, n in lines.items() if n > MAX_LINES)
     assert not long, f"modules over {MAX_LINES} lines (split them by job):\n" + "\n".join(long)
-    still = {p for p in KNOWN_LONG_MODULES if lines.get(p, 0) > MAX_LINES}
-    assert still == KNOWN_LONG_MODULES, f"no longer too long, remove from KNOWN_LONG_MODULES: {KNOWN_LONG_MODULES - still}"

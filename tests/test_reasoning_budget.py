@@ -3,7 +3,7 @@ name; `max_reasoning_tokens` too) and `reasoning_effort`, Responses' `reasoning.
 `thinking.budget_tokens` and `output_config.effort`. An effort without a budget takes the
 server's table (`serve --reasoning-effort-budgets`, small here so a short script passes it). Where
 the budget runs out the server cancels the engine request, writes the family's closing marker and
-goes on in a second request (server/app.py `Generation`).
+goes on in a second request (`Generation`, server/generation.py).
 
 Measured on qwen3, glm47 and gpt_oss, on all three routes and engines, streamed and whole, through
 the real SDKs: the reasoning returned (counted with the family's tokenizer) stays within the budget

@@ -21,7 +21,8 @@ import subprocess
 
 import pytest
 
-from chatsieve.grammar import GrammarTooLarge, plan
+from chatsieve.constraints import plan
+from chatsieve.grammar import GrammarTooLarge
 from chatsieve.server.backends import GenerationRequest, llamacpp_payload, sglang_payload, vllm_payload
 from chatsieve.strict_tools import STRICT_SYNTAXES, strict_schema
 

@@ -4,7 +4,7 @@ their tokenizer config, and every HY3 control tag then carries it (`<tool_calls{
 forms; `<think{S}>`/`</think{S}>`). `hy3_format(suffix)` builds that family's spec;
 with an empty suffix it is `hunyuan`. Register it to parse by name:
 
-    from chatsieve.formats import register
+    from chatsieve.formats.registry import register
     from chatsieve.formats.hy3 import hy3_format
     register(hy3_format("SUFFIX", name="hy3_mine"))
 """

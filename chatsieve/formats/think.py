@@ -33,7 +33,7 @@ def basic_reasoning(
     A `prompt=` given to the parser overrides both by its last marker. `end` markers
     end the output (later text is reported, not shown); `strip` markers are removed.
 
-        from chatsieve.formats import register
+        from chatsieve.formats.registry import register
         register(basic_reasoning("seed_think", "<seed:think>", "</seed:think>"))
     """
     opens = (open,) if isinstance(open, str) else tuple(open)

@@ -173,7 +173,7 @@ def _reads_switch(source: str) -> bool:
 
 def format_spec(format: str):
     """The registered family `format` names (`chatsieve.formats`), or PromptError."""
-    from .. import formats
+    from ..formats import registry as formats
 
     try:
         return formats.get(format)

@@ -8,7 +8,7 @@ What a request becomes (decisions where the API leaves room):
   (joined to the assistant turn it belongs to), ``function_call_output`` (a tool message, named
   after its call), ``reasoning`` (its text becomes the reasoning of the assistant turn that follows
   it, where the template renders reasoning). ``instructions`` become a leading system message
-  (system / developer messages the template would drop reach it: see prompt.py).
+  (system / developer messages the template would drop reach it: see chatsieve/prompt/).
 - ``tools``: ``function`` tools are offered; the functions inside a ``namespace`` tool are offered
   under their own names (the call item then carries ``namespace``); every other type (web_search,
   file_search, mcp, custom, local_shell, ...) needs a host-side service this server does not have

@@ -17,10 +17,9 @@ KINDS = ("vllm", "sglang", "llamacpp")
 KEEP_ALIVE_TIMEOUT = (
     75.0  # above common idle timeouts in front of us: httpx 5 s, aiohttp 15 s, load balancers 60 s
 )
-CONFIG_ENV = "CHATSIEVE_SERVE_CONFIG"
 # what the server imports that the core does not (pyproject.toml's `server` extra, by module name)
-SERVER_EXTRA = ("anyio", "h11", "httptools", "httpx", "jinja2", "orjson", "prometheus_client", "starlette",
-                "tokenizers", "uvicorn")  # how --workers processes get the configuration
+SERVER_EXTRA = ("anyio", "h11", "httptools", "httpx", "jinja2", "jsonschema", "orjson", "prometheus_client",
+                "starlette", "tokenizers", "uvicorn")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -333,16 +332,6 @@ def _engine_gguf(args: argparse.Namespace) -> Path | None:
     return asyncio.run(ask())
 
 
-def _freeze_startup_objects() -> None:
-    """What start-up made (the tokenizer's tables, the modules) lives as long as the server: moved
-    out of the cyclic garbage collector's sight, so no collection walks it again (about 0.1 s per
-    full collection otherwise)."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
 def run_workers(workers: int, options: dict) -> None:
     """uvicorn's worker processes for the app `app_from_environ` makes, each on a listening socket
     of its own where the platform allows (chatsieve.server.workers), else sharing one."""
@@ -428,6 +417,8 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         return fail("--max-model-len must be at least 2")
     from chatsieve import formats
     from chatsieve.server.app import create_app
+    from chatsieve.server.config import CONFIG_ENV
+    from chatsieve.server.tuning import freeze_startup_objects
 
     if args.format_file:
         if args.format not in (None, "auto"):
@@ -481,7 +472,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(app.state.service.check_engine())
     except StartupRefusal as e:
         return fail(str(e))
-    _freeze_startup_objects()
+    freeze_startup_objects()
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:     %(name)s: %(message)s")
     choice = app.state.service.format_choice
     logging.getLogger("chatsieve.server").info("%s", choice.log_line())

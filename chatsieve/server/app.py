@@ -38,7 +38,7 @@ from chatsieve.protocols.common import (
 )
 from chatsieve.protocols.openai_chat import OPENAI_CHAT
 from chatsieve.server.backends import BackendError
-from chatsieve.server.config import ServerConfig
+from chatsieve.server.config import CONFIG_ENV, ServerConfig
 from chatsieve.server.errors import (
     backend_failure,
     error_response,
@@ -54,7 +54,7 @@ from chatsieve.server.responses_api import ChainBounds, responses_routes
 from chatsieve.server.security import REQUEST_ID_KEY, SecurityMiddleware, caller_of, log_safe
 from chatsieve.server.service import ChatService
 from chatsieve.server.streaming import EventStreamResponse, until_disconnect, write_event_stream
-from chatsieve.server.tuning import no_cycle_collection
+from chatsieve.server.tuning import freeze_startup_objects, no_cycle_collection
 
 log = logging.getLogger("chatsieve.server")
 
@@ -269,10 +269,8 @@ def _middleware(config: ServerConfig, metrics: Metrics) -> list[Middleware]:
 
 def app_from_environ() -> Starlette:
     """The app for the configuration `chatsieve serve --workers N` put in the environment."""
-    from chatsieve.server import CONFIG_ENV, _freeze_startup_objects
-
     app = create_app(ServerConfig.from_json(os.environ[CONFIG_ENV]))
-    _freeze_startup_objects()
+    freeze_startup_objects()
     return app
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 from chatsieve.protocols.common import RequestLimits
 from chatsieve.server.security import SecurityPolicy
 
+# where `chatsieve serve --workers N` puts the configuration (its JSON) for the worker processes
+CONFIG_ENV = "CHATSIEVE_SERVE_CONFIG"
+
 
 @dataclass(frozen=True)
 class ServerConfig:

@@ -82,3 +82,13 @@ def fix_mmap_threshold() -> None:
     libc = _libc()
     if libc is not None and hasattr(libc, "mallopt"):
         libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+
+def freeze_startup_objects() -> None:
+    """What start-up made (the tokenizer's tables, the modules) lives as long as the server: moved
+    out of the cyclic garbage collector's sight, so no collection walks it again (about 0.1 s per
+    full collection otherwise)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()

@@ -101,6 +101,9 @@ def test_check_takes_the_suites_tokenizer_names(tmp_path, name, fmt):
     the case whose expectation is wrong fails there, and only there."""
     import models
 
+    from chatsieve.testdata import TOKENIZERS
+
+    models.model_path(TOKENIZERS[name])  # a tokenizer only GitHub carries skips, as documented (docs/testdata.md)
     f = tmp_path / "mine.yaml"
     f.write_text(
         f"format: {fmt}\ntokenizer: {name}\nthinking: false\ncases:\n"

@@ -418,6 +418,11 @@ class _Positions:
         return [i + bisect.bisect_right(self.before, i) for i in range(a, b)]
 
 
+def _unmarked(marked: str, mk: _Markers) -> str:
+    """`marked` without its markers."""
+    return marked.translate({ord(c): None for c in mk.all})
+
+
 def _align(real: str, marked: str, mk: _Markers) -> _Positions | None:
     """For each character of `real`, its index in `marked`, or None if the renderings disagree.
 
@@ -426,7 +431,7 @@ def _align(real: str, marked: str, mk: _Markers) -> _Positions | None:
     characters are matched one to one, in order, and whitespace maps to None.
     """
     at = [m.start() for m in re.finditer("[" + re.escape(mk.all) + "]", marked)]
-    if marked.translate({ord(c): None for c in mk.all}) == real:
+    if _unmarked(marked, mk) == real:
         return _Positions(before=[p - k for k, p in enumerate(at)])
     kept = [j for j, ch in enumerate(marked) if ch not in mk.all]
     solid = [j for j in kept if not marked[j].isspace()]
@@ -488,17 +493,21 @@ def _encode(tok: Tokenizer, text: str) -> Any:
     return prefix_cache.encode(tok.hf, text)
 
 
-def isolated_ids(tok: Tokenizer, text: str, rerender: Callable[[Any, Any, Any, dict], str], *,
-                 format: str | None, markers: Sequence[str] | None, source: str, messages: Any, tools: Any,
-                 documents: Any, trusted: dict, untrusted: dict, isolate: bool = True,
-                 decoded_json: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
-    """The token ids of `text` -- the rendering of `messages`, `tools`, `documents` and the
-    variables `trusted` and `untrusted` (a request's) with the template `source` -- with every
-    delimiter spelled inside the caller's strings isolated, and the isolated spans (the module
-    docstring says how). `rerender(messages, tools, documents, variables)` renders marked copies
-    of the same data exactly as `text` was rendered. `markers` are the delimiters (None: the
-    format's and the tokenizer's control tokens). `isolate=False`: the plain encoding, as
-    transformers gives it. Raises `PromptError` when the template reacts to the markers."""
+def isolated_ids(tok: Tokenizer, raw: str, text: str, rerender: Callable[[Any, Any, Any, dict], str],
+                 finish: Callable[[str], str], *, format: str | None, markers: Sequence[str] | None, source: str,
+                 messages: Any, tools: Any, documents: Any, trusted: dict, untrusted: dict, isolate: bool = True,
+                 decoded_json: bool = False) -> tuple[str, list[int], list[tuple[int, int]]]:
+    """The prompt text, its token ids with every delimiter spelled inside the caller's strings
+    isolated, and the isolated spans (the module docstring says how). `raw` is the template's
+    rendering of `messages`, `tools`, `documents` and the variables `trusted` and `untrusted` (a
+    request's) with the template `source`; `text` is `finish(raw)`, the rendering with a family's
+    fix-ups of the template's text (Gemma 4's turns); `rerender(messages, tools, documents,
+    variables)` renders marked copies of the same data exactly as `raw` was rendered. A fix-up that
+    acts on the caller's text in `text` (a spelled `<turn|>` read as the template's) is kept to the
+    template's own text: the prompt is then the fixed-up marked rendering without its markers.
+    `markers` are the delimiters (None: the format's and the tokenizer's control tokens).
+    `isolate=False`: `text` and its plain encoding, as transformers gives it. Raises `PromptError`
+    when the template reacts to the markers."""
     msgs, tools_p, docs_p = messages, tools, documents
     delims = _active_delimiters(tok, format, markers) if isolate else None
 
@@ -515,8 +524,14 @@ def isolated_ids(tok: Tokenizer, text: str, rerender: Callable[[Any, Any, Any, d
             marked_vars = {**trusted, **{k: _mark(v, delims, mk, flag) for k, v in untrusted.items()}}
             if not flag[0]:
                 break  # no delimiter in caller text: the plain encoding is the prompt
-            marked = rerender(marked_msgs, marked_tools, marked_docs, marked_vars)
+            marked_raw = rerender(marked_msgs, marked_tools, marked_docs, marked_vars)
+            marked = finish(marked_raw)
             pos = _align(text, marked, mk)
+            if pos is None and (text != raw or marked != marked_raw) and _unmarked(marked_raw, mk) == raw:
+                # the template wrote the caller's text alike; the fix-up did not (it read a delimiter
+                # the caller spelled as the template's): the fix-ups where the markers left them
+                text = _unmarked(marked, mk)
+                pos = _align(text, marked, mk)
             if pos is not None:
                 ids, spans = _isolate(tok, text, marked, pos, mk, delims)
                 break
@@ -528,4 +543,5 @@ def isolated_ids(tok: Tokenizer, text: str, rerender: Callable[[Any, Any, Any, d
             )
     if ids is None:
         ids = _encode(tok, text).ids
-    return ids, spans
+    return text, ids, spans
+

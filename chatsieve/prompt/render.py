@@ -180,17 +180,18 @@ def render_prompt(
     def finish(text: str) -> str:
         return fix_answer_turn(text, format, add_generation_prompt, keep_empty_thinking, variables)
 
-    text = finish(_render_request(source, msgs, tools_p, docs_p, add_generation_prompt, variables, format))
+    raw = _render_request(source, msgs, tools_p, docs_p, add_generation_prompt, variables, format)
+    text = finish(raw)
     if token_limit is not None and not truncation:
         floor = min_tokens(tok, text, token_limit)
         if floor > token_limit:
             raise PromptTooLong(floor, token_limit, exact=False)
     def rerender(marked_msgs: Any, marked_tools: Any, marked_docs: Any, marked_vars: dict) -> str:
-        return finish(_render_request(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
-                                      marked_vars, format))
+        return _render_request(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
+                               marked_vars, format)
 
-    ids, spans = isolated_ids(
-        tok, text, rerender, format=format, markers=markers, isolate=isolate_markers, source=source,
+    text, ids, spans = isolated_ids(
+        tok, raw, text, rerender, finish, format=format, markers=markers, isolate=isolate_markers, source=source,
         messages=msgs, tools=tools_p, documents=docs_p, trusted=trusted, untrusted=untrusted,
         decoded_json=decoded_json)
 

@@ -544,4 +544,3 @@ def isolated_ids(tok: Tokenizer, raw: str, text: str, rerender: Callable[[Any, A
     if ids is None:
         ids = _encode(tok, text).ids
     return text, ids, spans
-

@@ -186,6 +186,7 @@ def render_prompt(
         floor = min_tokens(tok, text, token_limit)
         if floor > token_limit:
             raise PromptTooLong(floor, token_limit, exact=False)
+
     def rerender(marked_msgs: Any, marked_tools: Any, marked_docs: Any, marked_vars: dict) -> str:
         return _render_request(source, marked_msgs, marked_tools, marked_docs, add_generation_prompt,
                                marked_vars, format)

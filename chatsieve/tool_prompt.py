@@ -44,6 +44,8 @@ class TemplateSupport:
     parallel: bool = True  # every call of a message with several (gpt-oss, GigaChat 3: only the first)
     # a call message's text is rendered where its reasoning goes (gpt-oss: as its analysis message)
     call_text_as_reasoning: bool = False
+    # a tool without a description is refused (gpt-oss's template writes `"// " + tool.description`)
+    needs_description: bool = False
 
 
 @functools.lru_cache(maxsize=32)
@@ -84,10 +86,28 @@ def template_support(source: str) -> TemplateSupport:
     thought = render([*user, {"role": "assistant", "content": None if shape.null_content else "",
                               "thinking": _PROBE_TEXT, "reasoning_content": _PROBE_TEXT, "tool_calls": [call]}],
                      _PROBE_TOOLS)
+    bare = [{"type": "function", "function": {k: v for k, v in _PROBE_TOOLS[0]["function"].items() if k != "description"}}]
+    needs_description = render(user, bare) is None and render(user, _PROBE_TOOLS) is not None
     return TemplateSupport(tools=tools, results=results, calls=shape.renders,
                            late_system=late is not None and _PROBE_SYSTEM in late,
                            parallel=not shape.renders or (both is not None and _PROBE_SECOND in both),
-                           call_text_as_reasoning=said is not None and _PROBE_TEXT in said and said == thought)
+                           call_text_as_reasoning=said is not None and _PROBE_TEXT in said and said == thought,
+                           needs_description=needs_description)
+
+
+def described_tools(source: str, tools: list | None) -> list | None:
+    """`tools` as the template can render them: where it refuses a tool without a description (an
+    MCP server's tool may have none), such a tool gets an empty one; new dicts for those tools
+    only, the caller's left as they were. Other templates get `tools` itself."""
+    if not tools or not template_support(source).needs_description:
+        return tools
+    out = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if isinstance(function, Mapping) and function.get("description") is None:
+            tool = {**tool, "function": {**function, "description": ""}}
+        out.append(tool)
+    return out
 
 
 def write_calls(syntax: str, calls: Sequence[Mapping[str, Any]]) -> str:

@@ -243,3 +243,34 @@ def test_delimiters_in_a_preamble_or_a_late_system_message_stay_text(tok):
     assert p.text == plain.text and len(p.isolated_spans) == 3
     assert p.token_ids.count(IDS["<|call|>"]) == 1 and p.token_ids.count(IDS["<|start|>"]) == plain.token_ids.count(
         IDS["<|start|>"]) - 1  # fmt: skip
+
+
+@pytest.mark.parametrize("description", [None, "absent"])
+def test_a_tool_without_a_description_is_declared_not_refused(tok, description):
+    """gpt-oss's template writes `"// " + tool.description`, so a tool without one (an MCP
+    server's may have none) made every request of a session a 400. It gets an empty description,
+    in a copy: the caller's tools stay as they were, and a described tool renders as before."""
+    from chatsieve.prompt import render_prompt
+
+    bare = {"name": "fetch_page", "parameters": {"type": "object", "properties": {"url": {"type": "string"}}}}
+    if description is None:
+        bare["description"] = None
+    tools = [TOOLS[0], {"type": "function", "function": bare}]
+    given = json.loads(json.dumps(tools))
+    ask = [{"role": "user", "content": "Fetch it."}]
+    got = render_prompt(ask, tokenizer=tok, tools=tools, format="gpt_oss")
+    assert tools == given
+    assert "// Weather.\ntype get_weather = " in got.text and "\n// \ntype fetch_page = (_: {\nurl?: string,\n}) => any;" in got.text
+    spelled = {**bare, "description": ""}
+    assert got.token_ids == render_prompt(ask, tokenizer=tok, tools=[TOOLS[0], {"type": "function", "function": spelled}],
+                                          format="gpt_oss").token_ids
+
+
+def test_only_templates_that_refuse_a_tool_without_a_description_get_one():
+    """Every other template in the test data renders such a tool itself: its tools go to it as
+    they are (Qwen3 prints the tool's JSON, where an added description would show)."""
+    from chatsieve.tool_prompt import template_support
+
+    found = sorted(str(p.relative_to(models.models_dir())) for p in models.models_dir().rglob("*.jinja")
+                   if template_support(p.read_text(encoding="utf-8")).needs_description)
+    assert found == ["gpt-oss/chat_template.jinja"]

@@ -62,9 +62,10 @@ def _render_request(source: str, messages: list, tools: Any, documents: Any, add
     its documented tool prompt, results as user turns, calls as text; see chatsieve.tool_prompt)."""
     if format is None:
         return render_chat_template(source, messages, tools, documents, add_generation_prompt, variables)
-    from ..tool_prompt import adapt_conversation, apply_splices, harmony_turns
+    from ..tool_prompt import adapt_conversation, apply_splices, described_tools, harmony_turns
 
     spec = format_spec(format)
+    tools = described_tools(source, tools)
     messages, splices = harmony_turns(source, adapt_conversation(source, messages, tools, spec), spec)
     return apply_splices(render_chat_template(source, messages, tools, documents, add_generation_prompt, variables), splices)
 

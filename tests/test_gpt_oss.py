@@ -266,11 +266,33 @@ def test_a_tool_without_a_description_is_declared_not_refused(tok, description):
                                           format="gpt_oss").token_ids
 
 
-def test_only_templates_that_refuse_a_tool_without_a_description_get_one():
-    """Every other template in the test data renders such a tool itself: its tools go to it as
-    they are (Qwen3 prints the tool's JSON, where an added description would show)."""
-    from chatsieve.tool_prompt import template_support
+def test_every_template_takes_a_tool_without_a_description():
+    """Every chat template of the test data (llama.cpp's copies too) renders a tool without a
+    description: those that refuse one otherwise (gpt-oss's, ...) get an empty description; the
+    others get the tools as they were sent (Qwen3 prints a tool's JSON, where an added description
+    would show)."""
+    from chatsieve.prompt import PromptError
+    from chatsieve.prompt.template import render_chat_template
+    from chatsieve.tool_prompt import described_tools, template_support
 
-    found = sorted(str(p.relative_to(models.models_dir())) for p in models.models_dir().rglob("*.jinja")
-                   if template_support(p.read_text(encoding="utf-8")).needs_description)
-    assert found == ["gpt-oss/chat_template.jinja"]
+    bare = [{"type": "function", "function": {"name": "fetch_page", "parameters": {
+        "type": "object", "properties": {"url": {"type": "string"}}}}}]  # fmt: skip
+    described = [{"type": "function", "function": {**bare[0]["function"], "description": "Fetch a page."}}]
+    user = [{"role": "user", "content": "q"}]
+    variables = {"bos_token": "", "eos_token": ""}
+    paths = [*models.models_dir().rglob("*.jinja"), *(models.llama_cpp_models() / "templates").glob("*.jinja")]
+    needing = []
+    for path in sorted(set(paths)):
+        source = path.read_text(encoding="utf-8")
+        try:
+            render_chat_template(source, user, described, None, True, variables)
+        except PromptError:
+            continue  # refuses this conversation whatever the tool: not this test's concern
+        given = described_tools(source, bare)
+        if template_support(source).needs_description:
+            needing.append(path.as_posix())
+            assert given is not bare and given[0]["function"]["description"] == ""
+        else:
+            assert given is bare, path
+        render_chat_template(source, user, given, None, True, variables)  # no refusal
+    assert any(p.endswith("gpt-oss/chat_template.jinja") for p in needing), needing

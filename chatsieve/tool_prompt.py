@@ -63,9 +63,11 @@ def template_support(source: str) -> TemplateSupport:
             return None
 
     user = [{"role": "user", "content": "q"}]
+    described = render(user, _PROBE_TOOLS)
     tools = False
     for conversation in (user, [{"role": "system", "content": "s"}, *user]):  # some render tools in a system turn
-        with_tools, without = render(conversation, _PROBE_TOOLS), render(conversation, None)
+        with_tools = described if conversation is user else render(conversation, _PROBE_TOOLS)
+        without = render(conversation, None)
         tools = tools or with_tools is None or without is None or with_tools != without
     shape = call_shape(source)
     call = {"id": _PROBE_ID, "type": "function",
@@ -86,8 +88,8 @@ def template_support(source: str) -> TemplateSupport:
     thought = render([*user, {"role": "assistant", "content": None if shape.null_content else "",
                               "thinking": _PROBE_TEXT, "reasoning_content": _PROBE_TEXT, "tool_calls": [call]}],
                      _PROBE_TOOLS)
-    bare = [{"type": "function", "function": {k: v for k, v in _PROBE_TOOLS[0]["function"].items() if k != "description"}}]
-    needs_description = render(user, bare) is None and render(user, _PROBE_TOOLS) is not None
+    bare = {k: v for k, v in _PROBE_TOOLS[0]["function"].items() if k != "description"}
+    needs_description = described is not None and render(user, [{"type": "function", "function": bare}]) is None
     return TemplateSupport(tools=tools, results=results, calls=shape.renders,
                            late_system=late is not None and _PROBE_SYSTEM in late,
                            parallel=not shape.renders or (both is not None and _PROBE_SECOND in both),

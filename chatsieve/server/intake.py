@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 from starlette.concurrency import run_in_threadpool
 
+from chatsieve._json import loads
 from chatsieve._json import orjson as _orjson
 from chatsieve.protocols.common import ParsedRequest, RequestError, RequestLimits, json_depth_message
 
@@ -73,10 +74,7 @@ def decode_body(raw: bytes) -> Any:
     as the standard library does (no integer beyond 64 bits; anything orjson refuses, such as
     NaN, a lone surrogate, a BOM or UTF-16, and every error, goes to json.loads)."""
     if _orjson is not None and raw.translate(_DIGITS_AS_ZERO).find(_LONG_NUMBER) < 0:
-        try:
-            return _orjson.loads(raw)
-        except ValueError:
-            pass
+        return loads(raw)
     return json.loads(raw)
 
 

@@ -444,6 +444,10 @@ class ToolCallFilter:
 
     def apply(self, events: Iterable[Event]) -> list[Event]:
         if self.strict is None:
+            if type(events) is list and len(events) == 1:  # a paced stream's usual event: one text delta
+                t = type(events[0])
+                if t is ReasoningDelta or t is ContentDelta and not self.notes:
+                    return events  # (passed as it is, as `_apply` would pass it)
             return self._apply(events)
         out: list[Event] = []
         for e in events:

@@ -556,24 +556,6 @@ class Backend:
         except ClientError as e:
             raise BackendError(f"lost {where}: {e}") from None
 
-    def read_event(self, reader: _Reader, field: str, data: bytes, out: list[TokenBatch]) -> bool:
-        """Add the batch in one event to `out`; True when the stream is over."""
-        if field == "error":
-            raise _error_line(self.kind, data.decode("utf-8", "replace"))
-        if data == b"[DONE]":
-            return True
-        try:
-            event = loads(data)
-        except ValueError:
-            raise BackendError(f"{self.kind} backend sent invalid JSON: {_short(_text(data))}") from None
-        if not isinstance(event, dict):
-            raise BackendError(f"{self.kind} backend sent a non-object event: {_short(_text(data))}")
-        batch = reader.read(event)
-        if batch is not None and (batch.token_ids or batch.finish_reason or batch.cached_tokens is not None):
-            out.append(batch)
-        return reader.finished and self.kind == "llamacpp"
-
-
 Push = Callable[[TokenBatch], bool]
 
 
@@ -601,7 +583,7 @@ class _EventReader:
             and not self.sse.partial
             and b"\r" not in raw
         ):  # the usual read when the engine is paced, one whole one-line event: SseParser's answer
-            return self._read((("data", raw[6:-2]),))
+            return self.read_data(raw[6:-2])
         return self._read(self.sse.feed(raw))
 
     def finish(self) -> TokenBatch | None:
@@ -612,11 +594,36 @@ class _EventReader:
         """The batch of these (field, data) events, merged, up to the stream's end."""
         batches: list[TokenBatch] = []
         for field, data in events:
-            self.count += 1
-            if self.backend.read_event(self.reader, field, data, batches):
-                self.done = True
+            if field == "error":
+                self.count += 1
+                raise _error_line(self.backend.kind, data.decode("utf-8", "replace"))
+            batch = self.read_data(data)
+            if batch is not None:
+                batches.append(batch)
+            if self.done:
                 break
         return merge(batches) if batches else None
+
+    def read_data(self, data: bytes) -> TokenBatch | None:
+        """The batch in one event's data, or None (none, or the stream's end: `done`)."""
+        self.count += 1
+        if data == b"[DONE]":
+            self.done = True
+            return None
+        try:
+            event = loads(data)
+        except ValueError:
+            kind = self.backend.kind
+            raise BackendError(f"{kind} backend sent invalid JSON: {_short(_text(data))}") from None
+        if type(event) is not dict:
+            raise BackendError(f"{self.backend.kind} backend sent a non-object event: {_short(_text(data))}")
+        reader = self.reader
+        batch = reader.read(event)
+        if reader.finished and self.backend.kind == "llamacpp":
+            self.done = True  # llama.cpp's last event ends the stream
+        if batch is not None and (batch.token_ids or batch.finish_reason or batch.cached_tokens is not None):
+            return batch
+        return None
 
     def raise_failure(self) -> None:
         if self.failure is not None:

@@ -196,7 +196,10 @@ class Generation:
                 n = len(ids)
         if n:
             produced.extend(ids)
-            events += self._feed(ids, lps)
+            if events:
+                events += self._feed(ids, lps)
+            else:
+                events = self._feed(ids, lps)
         if batch.finish_reason:
             self._engine_finish = batch.finish_reason
         if batch.cached_tokens is not None and self.cached_tokens is None:
@@ -237,16 +240,20 @@ class Generation:
     def _feed(self, ids: list[int], lps: list | None) -> list[Event]:
         """Feed a batch of ids and count them; with stop strings, one by one, so that the tokens
         the engine sent past the stop (however it batched them) are not counted."""
-        if len(ids) == 1 or not self.parser.stopped and not self.parser.stop_strings:
+        parser = self.parser
+        if lps is None and len(ids) == 1:  # a paced engine's usual batch
+            self.completion_tokens += 1
+            events = parser.feed(token_ids=ids)
+        elif len(ids) == 1 or not parser.stopped and not parser.stop_strings:
             self.completion_tokens += len(ids)
-            events = self.parser.feed(token_ids=ids, logprobs=list(lps) if lps is not None else None)
+            events = parser.feed(token_ids=ids, logprobs=list(lps) if lps is not None else None)
         else:
             events = []
             for k, token in enumerate(ids):
-                if self.parser.stopped:
+                if parser.stopped:
                     break
                 self.completion_tokens += 1
-                events += self.parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
+                events += parser.feed(token_ids=[token], logprobs=[lps[k]] if lps is not None else None)
         if not self._past_reasoning:
             self.reasoning_tokens += len(ids)
             for e in events:

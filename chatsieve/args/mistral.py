@@ -10,10 +10,8 @@ There is no closing marker: the region ends itself when the JSON ends.
 from __future__ import annotations
 
 import re
-import secrets
-import string
 
-from .base import CallContext, RegionCodec, valid_function_name
+from .base import CallContext, RegionCodec, random_alnum, valid_function_name
 from .json import JsonScanner
 from .llama3 import JsonCallSequence
 
@@ -21,7 +19,6 @@ ARGS, CALL_ID = "[ARGS]", "[CALL_ID]"
 _WS = " \t\r\n"
 _NAME = re.compile(r"[\w.\-]*")
 _ID = re.compile(r"[A-Za-z0-9]*")
-_ALNUM = string.ascii_letters + string.digits
 
 # states
 HEAD, LIST, NAME, AFTER_NAME, ID, ARGS_START, JSON, DONE = range(8)
@@ -32,7 +29,7 @@ def mistral_call_id(native: str | None = None) -> str:
     native id of that shape, else make one."""
     if native and len(native) == 9 and native.isascii() and native.isalnum():
         return native
-    return "".join(secrets.choice(_ALNUM) for _ in range(9))
+    return random_alnum(9)
 
 
 class MistralCallList(JsonCallSequence):

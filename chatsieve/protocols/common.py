@@ -274,6 +274,9 @@ def check_effort_budgets(table: Any) -> dict[str, int]:
     return out
 
 
+_JSON_LEAVES = frozenset({str, int, float, bool, type(None)})  # (most values: no isinstance call for them)
+
+
 def check_json_depth(value: Any, limit: int) -> None:
     """RequestError when objects and arrays nest deeper than `limit` (checked without recursion,
     one level at a time: the containers of each level are gathered by one comprehension)."""
@@ -284,7 +287,7 @@ def check_json_depth(value: Any, limit: int) -> None:
         if depth > limit:
             raise RequestError(json_depth_message(limit), code="too_deeply_nested")
         level = [c for v in level for c in (v.values() if type(v) is dict or isinstance(v, dict) else v)
-                 if isinstance(c, dict | list)]
+                 if type(c) not in _JSON_LEAVES and isinstance(c, dict | list)]
 
 
 def json_depth_message(limit: int) -> str:

@@ -44,7 +44,6 @@ from chatsieve.protocols.common import (
     RequestLimits,
     ResponseInfo,
     ToolChoice,
-    check_json_depth,
     left_out_headers,
     max_tokens_ceiling,
     media_placeholder,
@@ -157,10 +156,7 @@ def parse_messages_request(
     ``max_tokens`` and is never streamed); RequestError (HTTP 400) naming the bad field.
     `format` (the served family) decides what the thinking switch and effort become."""
     limits = limits or RequestLimits()
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object")
-    check_json_depth(body, limits.max_json_depth)
-    get = Fields(body)
+    get = Fields.of(body, limits)
     if get.value("thread") is not None:
         raise thread_refusal()
 

@@ -320,6 +320,15 @@ class Fields:
     def __init__(self, body: dict) -> None:
         self.body = body
 
+    @classmethod
+    def of(cls, body: Any, limits: RequestLimits) -> Fields:
+        """The fields of a request body: RequestError unless it is a JSON object nesting no deeper
+        than `limits` allow (every route's first check)."""
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        check_json_depth(body, limits.max_json_depth)
+        return cls(body)
+
     def value(self, name: str) -> Any:
         return self.body.get(name)
 

@@ -71,10 +71,7 @@ def error_body(
 def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRequest:
     """Validate a decoded JSON body; raise RequestError (HTTP 400) naming the bad field."""
     limits = limits or RequestLimits()
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object")
-    check_json_depth(body, limits.max_json_depth)
-    get = Fields(body)
+    get = Fields.of(body, limits)
 
     n = get.integer("n", minimum=1)
     if n is not None and n != 1:

@@ -45,7 +45,6 @@ from chatsieve.protocols.common import (
     RequestError,
     RequestLimits,
     ToolChoice,
-    check_json_depth,
     max_tokens_ceiling,
     media_placeholder,
     reasoning_switches,
@@ -185,10 +184,7 @@ class ResponsesRequest:
 def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> ResponsesRequest:
     """Validate a decoded JSON body; raise RequestError (HTTP 400) naming the bad field."""
     limits = limits or RequestLimits()
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object")
-    check_json_depth(body, limits.max_json_depth)
-    get = Fields(body)
+    get = Fields.of(body, limits)
 
     for name, what in (
         ("background", "background responses"),

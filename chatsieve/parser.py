@@ -169,6 +169,7 @@ class StreamParser:
         self._hot_held: list[str] = []
         self._hot_bare = False  # whether the field's text goes straight to its FieldSink
         self._hot_make = _MAKE["content"]
+        self.lane = "content"  # the kind of delta the hot lane makes: "reasoning" or "content"
         self._hot_k = 0  # deltas it took that the stages have not been told of (`_cool`)
         self._hot_ids = False  # whether it may take token ids (opened by one: nothing pending)
         self._hot_re = self._lexer.marker_chars
@@ -241,6 +242,22 @@ class StreamParser:
         else:
             pieces = []
         return self._run(pieces)
+
+    def take_id(self, tid: int) -> str | None:
+        """`feed(token_ids=[tid])` where the hot lane takes `tid` as it is (its text known, nothing
+        held back): the same state, and the text of the one delta `feed` would return, of the
+        kind `lane` names (``ReasoningDelta`` or ``ContentDelta``). None anywhere else, nothing
+        taken. For a caller that writes the text on without the delta object (the server's
+        stream)."""
+        hot = self._hot
+        if hot is None or not self._hot_ids or tid in self._hot_stops:
+            return None
+        text = self._hot_texts.get(tid)
+        if not text:
+            return None
+        hot.append(text)
+        self._hot_k += 1
+        return text
 
     def finish(self, finish_reason: str | None = None) -> list[Event]:
         if self._done:
@@ -340,7 +357,7 @@ class StreamParser:
         make = _MAKE[kind]
         if self._hot_ok:
             self._hot, self._hot_make, self._hot_ids = parts, make, token_id is not None
-            self._hot_bare = engine.bare
+            self._hot_bare, self.lane = engine.bare, kind
         return [make(text)]
 
     def _hot_id(self, tid: int) -> list[Event] | None:

@@ -122,6 +122,47 @@ def test_same_events_in_token_mode(fmt, data):
         assert _merged(fast) == _merged(full)
 
 
+def _taking(p: StreamParser, ids: list[int]) -> tuple[list, int]:
+    """The events of feeding `ids` one by one, each through `take_id` where it takes it (the
+    server's text lane), and how many it took."""
+    events, taken = [], 0
+    for t in ids:
+        text = p.take_id(t)
+        if text is None:
+            events += p.feed(token_ids=[t])
+        else:
+            events.append(ReasoningDelta(text) if p.lane == "reasoning" else ContentDelta(text))
+            taken += 1
+    return _norm(events + p.finish()), taken
+
+
+@pytest.mark.parametrize("fmt", sorted(FRAGMENTS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_take_id_is_feed_of_that_id_where_it_takes_it(fmt, data):
+    """Where `take_id` takes an id, its text is the one delta `feed` would give, and the parser
+    is left as `feed` would leave it: a whole output's events are those of the full pipeline.
+    A stop token is never taken."""
+    tok = _tokenizer(fmt)
+    ids = tok.encode("".join(data.draw(st.lists(st.sampled_from(FRAGMENTS[fmt]), max_size=30))))
+    stop_ids = sorted(data.draw(st.sets(st.sampled_from(ids), max_size=2))) if ids else []
+    opts = {"thinking": data.draw(st.booleans()), "stop": data.draw(STOPS), "stop_token_ids": stop_ids}
+    events, _ = _taking(StreamParser(fmt, tools=TOOLS, tokenizer=tok, **opts), ids)
+    assert events == _run(fmt, [[t] for t in ids], False, tok, **opts)
+
+
+def test_take_id_takes_the_ids_of_the_open_reasoning_and_content():
+    tok = _tokenizer("qwen3")
+    ids = tok.encode("<think>the file the file the file</think>the file the file the file<|im_end|>")
+    p = StreamParser("qwen3", tools=TOOLS, tokenizer=tok)
+    events, taken = _taking(p, ids)
+    assert taken >= 6  # the repeats of " the" and " file" on either side
+    assert p.message.reasoning == "the file the file the file"
+    assert p.message.content == "the file the file the file"
+    with_stop = StreamParser("qwen3", tools=TOOLS, tokenizer=tok, stop=["zz"])
+    assert _taking(with_stop, ids) == (events, 0)  # stop strings: never (the text must be matched)
+
+
 @pytest.mark.parametrize("fmt", ["qwen3", "gpt_oss", "deepseek_v31", "kimi_k2"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())

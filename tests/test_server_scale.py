@@ -61,7 +61,7 @@ class FakeGeneration:
         self.request_id = "chatcmpl-test"
         self.outcome = Outcome("stop", prompt_tokens=1, completion_tokens=len(batches))
 
-    async def events(self, sink=None):
+    async def events(self, sink=None, text_sink=None):
         for batch in self.batches:
             if self.push:
                 assert sink is not None, "_stream offers no sink"
@@ -145,8 +145,8 @@ def test_a_slow_client_gets_the_pending_deltas_merged_and_the_first_at_once(sink
     batches += [[ContentDelta("c0 ")], [ContentDelta("c1 "), ContentDelta("c2")]]
 
     class Gen(FakeGeneration):
-        async def events(self, sink=None):
-            async for batch in super().events(sink):
+        async def events(self, sink=None, text_sink=None):
+            async for batch in super().events(sink, text_sink):
                 yield batch
             produced_all.set()
 
@@ -225,7 +225,7 @@ def test_pings_come_while_the_engine_is_silent_and_not_while_it_streams(sink):
         writes.append(data)
 
     class Gen(FakeGeneration):
-        async def events(self, sink=None):
+        async def events(self, sink=None, text_sink=None):
             for k in range(300):  # 1.5 s or more of events, each far within the ping interval
                 yield [ContentDelta(f"{k} ")]
                 await anyio.sleep(0.005)
@@ -266,9 +266,9 @@ def test_a_failed_write_stops_the_engine_side_and_comes_out_as_itself(push):
     closed = []
 
     class Gen(FakeGeneration):
-        async def events(self, sink=None):
+        async def events(self, sink=None, text_sink=None):
             try:
-                async for batch in super().events(sink):
+                async for batch in super().events(sink, text_sink):
                     yield batch
             finally:
                 closed.append(True)

@@ -559,6 +559,18 @@ class BlockOps:
             elif kind == self.kind:  # arguments of the open call
                 yield "delta", self.index, {"type": "input_json_delta", "partial_json": value}
 
+    def more(self, kind: str, text: str) -> int | None:
+        """The index of the open block where a run of `kind` ("reasoning" or "content") continues
+        it, the text taken as `apply` takes it (only a delta follows); else None, nothing taken."""
+        if kind == "content":
+            if self.kind != "text":
+                return None
+        elif self.kind == "thinking":
+            self._signature.update(text.encode("utf-8"))
+        else:
+            return None
+        return self.index
+
     def close(self) -> Iterator[tuple[str, int, Any]]:
         if self.kind is None:
             return
@@ -579,6 +591,11 @@ def _tool_block(e: ToolCallStart) -> dict:
 
 
 _PING = sse_event("ping", {"type": "ping"})
+# a text or thinking delta's event, as `sse_event` writes it: (block index, the text's JSON)
+_TEXT_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+               b'"delta":{"type":"text_delta","text":%s}}\n\n')
+_THINKING_DELTA = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+                   b'"delta":{"type":"thinking_delta","thinking":%s}}\n\n')
 
 
 class MessageStream:
@@ -606,6 +623,16 @@ class MessageStream:
 
     def encode(self, events: Iterable[Event]) -> bytes:
         return self._bytes(self.ops.apply(events))
+
+    def encode_text(self, kind: str, text: str) -> bytes | None:
+        """`encode` of one reasoning or content delta that continues the open block (see
+        `StreamEncoder.encode`); None where it opens one."""
+        index = self.ops.more(kind, text)
+        if index is None:
+            return None
+        if kind == "content":
+            return _TEXT_DELTA % (index, dumps(text))
+        return _THINKING_DELTA % (index, dumps(text))
 
     def finish(self, outcome: Outcome) -> bytes:
         reason, sequence = stop_reason(outcome)
@@ -635,10 +662,7 @@ class MessageStream:
         for op, index, value in ops:
             if op == "delta":
                 if value["type"] == "text_delta":  # the common case, without a dict per event
-                    out.append(
-                        b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
-                        b'"delta":{"type":"text_delta","text":%s}}\n\n' % (index, dumps(value["text"]))
-                    )
+                    out.append(_TEXT_DELTA % (index, dumps(value["text"])))
                     continue
                 out.append(
                     sse_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": value})

@@ -476,6 +476,15 @@ class ToolCallFilter:
             out += self._apply((e,))
         return out
 
+    def passes_text(self, kind: str) -> bool:
+        """Whether `apply` passes one text delta of `kind` ("reasoning" or "content") on as it is
+        (no strict call is held); when it does, what `apply` records of it is recorded."""
+        if self._held is not None:
+            return False
+        if kind == "content" and (self.notes or self.strict is not None):
+            self.wrote_text = True
+        return True
+
     def _offered_name(self, name: str) -> str:
         if self.allowed is not None and name not in self.allowed and name in self.aliases:
             return self.aliases[name]
@@ -733,7 +742,13 @@ class StreamEncoder(Protocol):
         """What is sent before the first event (OpenAI's role chunk, Anthropic's message_start)."""
         ...
 
-    def encode(self, events: Iterable[Event]) -> bytes: ...
+    def encode(self, events: Iterable[Event]) -> bytes:
+        """The bytes of these events. An encoder may offer `encode_text(kind, text)` too: the
+        bytes of `encode([ReasoningDelta(text)])` (kind "reasoning") or of `ContentDelta(text)`
+        ("content"), the same state changed, or None (nothing changed) where it does not make
+        them without the event; the runner then writes an in-lane token's text without its
+        event object."""
+        ...
 
     def finish(self, outcome: Outcome) -> bytes:
         """Everything after the last event, up to the end of the stream. An encoder may offer

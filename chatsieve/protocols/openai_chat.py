@@ -380,6 +380,17 @@ class ChunkStream:
                 )
         return b"".join(out)
 
+    def encode_text(self, kind: str, text: str) -> bytes | None:
+        """`encode` of one reasoning or content delta (see `StreamEncoder.encode`); None with
+        logprobs."""
+        if self.logprobs:
+            return None
+        head, tail = self._frame
+        value = dumps(text)
+        if kind == "content":
+            return b"".join((head, b'{"content":', value, b"}", tail))
+        return b"".join((head, b'{"reasoning_content":', value, b',"reasoning":', value, b"}", tail))
+
     @functools.cached_property
     def _frame(self) -> tuple[bytes, bytes]:
         """What comes before and after the delta in a chunk without finish_reason or logprobs."""
@@ -514,6 +525,7 @@ class ChatEncoder:
     def __init__(self, chunks: ChunkStream) -> None:
         self.chunks = chunks
         self.encode = chunks.encode
+        self.encode_text = chunks.encode_text
 
     def start(self) -> bytes:
         return sse(self.chunks.first())

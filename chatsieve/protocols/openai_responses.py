@@ -148,6 +148,9 @@ class ResponsesEncoder(_Outcomes):
     def encode(self, events: Iterable[Event]) -> bytes:
         return self.out.encode(events)
 
+    def encode_text(self, kind: str, text: str) -> bytes | None:
+        return self.out.encode_text(kind, text)
+
     def finish(self, outcome: Outcome) -> bytes:
         return b"".join(self.finish_parts(outcome))
 

@@ -187,6 +187,16 @@ class ResponseStream:
         self._delta(run_item, run, run_lps)
         return self._take()
 
+    def encode_text(self, kind: str, text: str) -> bytes | None:
+        """`encode` of one reasoning or content delta that continues the open item; None where
+        it opens one (see `StreamEncoder.encode`)."""
+        item = self._open
+        if item is None or item.kind != ("message" if kind == "content" else "reasoning") or self._later is not None:
+            return None
+        item.parts.append(text)
+        self._delta(item, [text], [])
+        return self._take()
+
     def _delta(self, item: _Item | None, run: list[str], lps: list[TokenLogprob]) -> None:
         """One delta event for `item` carrying the texts in `run` and their logprobs (both then
         emptied)."""

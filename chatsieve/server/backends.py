@@ -106,6 +106,11 @@ class _Reader:
     def read(self, event: dict) -> TokenBatch | None:
         raise NotImplementedError
 
+    # The id of an event that carries one token id and nothing else `read` would act on (no
+    # logprobs, no finish, no cached count, no error), where `read` would give the batch of that
+    # id alone and change nothing; else None. None here: every event goes through `read`.
+    one_id: Callable[[dict], int | None] | None = None
+
     def _lp(self, token_id: int, logprob: Any, top: list[tuple[int | str, Any]]) -> TokenLogprob:
         alts = []
         for key, value in top:
@@ -130,6 +135,22 @@ class VllmReader(_Reader):
             ):
                 return TokenBatch(tuple(ids))
         return self._read_any(event)
+
+    def one_id(self, event: dict) -> int | None:  # (see `_Reader.one_id`)
+        choices = event.get("choices")
+        if type(choices) is list and len(choices) == 1 and type(choice := choices[0]) is dict:
+            ids = choice.get("token_ids")
+            if (
+                type(ids) is list
+                and len(ids) == 1
+                and type(tid := ids[0]) is int
+                and choice.get("logprobs") is None
+                and choice.get("finish_reason") is None
+                and not event.get("error")
+                and event.get("object") != "error"
+            ):
+                return tid
+        return None
 
     def _read_any(self, event: dict) -> TokenBatch | None:
         _raise_error_event(event)
@@ -267,6 +288,19 @@ def _sglang_id(entry: Any) -> int | str:
 
 
 class LlamacppReader(_Reader):
+    def one_id(self, event: dict) -> int | None:  # (see `_Reader.one_id`)
+        ids = event.get("tokens")
+        if (
+            type(ids) is list
+            and len(ids) == 1
+            and type(tid := ids[0]) is int
+            and event.get("stop") is not True
+            and not event.get("error")
+            and not isinstance(event.get("completion_probabilities"), list)
+        ):
+            return tid
+        return None
+
     def read(self, event: dict) -> TokenBatch | None:
         _raise_error_event(event)
         ids = event.get("tokens")
@@ -496,7 +530,9 @@ class Backend:
     def payload(self, req: GenerationRequest) -> dict:
         return self._payload(req, self.model)
 
-    async def generate(self, req: GenerationRequest, push: Push | None = None) -> AsyncIterator[TokenBatch]:
+    async def generate(
+        self, req: GenerationRequest, push: Push | None = None, push_id: PushId | None = None
+    ) -> AsyncIterator[TokenBatch]:
         """Yield token batches until the engine finishes; raise BackendError on any failure.
 
         The events of one network read are merged into one batch (fewer, larger batches when
@@ -506,7 +542,10 @@ class Backend:
         With `push`, batches go to `push(batch)` as they arrive, in the connection's callback (no
         task wake-up per engine event), for as long as it returns True; a batch it returns False
         for, and every later one, is yielded here instead. A batch with a finish reason, a
-        failure (also one `push` raised) and the end are always yielded or raised here.
+        failure (also one `push` raised) and the end are always yielded or raised here. With
+        `push_id` too, an event of one token id and nothing else (no logprobs, no finish, no
+        cached count), where the engine's reader can tell one (`_Reader.one_id`), goes to
+        `push_id(id)` first; one it declines goes to `push` as a batch of that id.
 
         Closing the iterator early (client gone, local stop) closes the engine connection,
         which vLLM, SGLang and llama.cpp all treat as an abort.
@@ -525,7 +564,7 @@ class Backend:
                         status=resp.status,
                     )
                 if push is not None:
-                    resp.push_to(events.pusher(push))
+                    resp.push_to(events.pusher(push, push_id))
                 chunks = resp.chunks()
                 async for raw in chunks:
                     events.raise_failure()
@@ -557,6 +596,7 @@ class Backend:
             raise BackendError(f"lost {where}: {e}") from None
 
 Push = Callable[[TokenBatch], bool]
+PushId = Callable[[int], bool]
 
 
 class _EventReader:
@@ -630,13 +670,35 @@ class _EventReader:
             failure, self.failure = self.failure, None
             raise failure
 
-    def pusher(self, push: Push) -> Callable[[bytes], bool]:
+    def pusher(self, push: Push, push_id: PushId | None = None) -> Callable[[bytes], bool]:
         """The connection callback for `Response.push_to`: read, then push; False (back to the
         reader) at the stream's end, on a failure, or for a batch `push` declines or that
-        finishes the generation (held for `generate` to yield)."""
+        finishes the generation (held for `generate` to yield). With `push_id`, a read of one
+        whole one-line event of one token id and nothing else goes to it (see `generate`)."""
+        one_id = self.reader.one_id if push_id is not None else None
 
         def pushed(raw: bytes) -> bool:
             try:
+                if (
+                    one_id is not None
+                    and raw[:6] == b"data: "
+                    and raw[-2:] == b"\n\n"
+                    and raw.find(b"\n") == len(raw) - 2
+                    and not self.sse.partial
+                    and b"\r" not in raw
+                    and raw != b"data: [DONE]\n\n"
+                ):  # the usual read when the engine is paced (as `feed` tells it)
+                    try:
+                        event = loads(raw[6:-2])
+                    except ValueError:
+                        event = None  # `feed` says what is wrong with it
+                    tid = one_id(event) if type(event) is dict else None
+                    if tid is not None:
+                        self.count += 1
+                        if push_id(tid) or push(TokenBatch((tid,))):
+                            return True
+                        self.held.append(TokenBatch((tid,)))
+                        return False
                 batch = self.feed(raw)
                 if batch is not None and (batch.finish_reason is not None or not push(batch)):
                     self.held.append(batch)

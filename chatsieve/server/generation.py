@@ -10,13 +10,16 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from chatsieve.events import ContentDelta, Event, ToolCallStart
+from chatsieve.events import ContentDelta, Event, ReasoningDelta, ToolCallStart
 from chatsieve.protocols.common import Outcome, ToolCallFilter, finish_reason
-from chatsieve.server.backends import Backend, BackendError, GenerationRequest, Push, TokenBatch
+from chatsieve.server.backends import Backend, BackendError, GenerationRequest, Push, PushId, TokenBatch
 from chatsieve.server.metrics import Metrics
 from chatsieve.server.pool import ReplicaPool
 
 log = logging.getLogger("chatsieve.server")
+
+TextSink = Callable[[str, str], bool]  # (kind, text): written (True), or left to the caller (False)
+_DELTA = {"reasoning": ReasoningDelta, "content": ContentDelta}
 
 
 class Generation:
@@ -57,13 +60,18 @@ class Generation:
         self.note_scrub: tuple[str, ...] = ()  # taken out of the unusable-call note (the family's delimiters)
         self.headers: dict[str, str] = {}  # response headers preparing the request added
 
-    async def events(self, sink: Callable[[list[Event]], None] | None = None) -> AsyncIterator[list[Event]]:
+    async def events(
+        self, sink: Callable[[list[Event]], None] | None = None, text_sink: TextSink | None = None
+    ) -> AsyncIterator[list[Event]]:
         """Filtered event lists as the engine produces ids; BackendError if the engine fails.
         Counted in `metrics` (when set): generations in flight, prompt and completion tokens.
 
         With `sink`, the event lists of ordinary engine events (ids that cannot end the output,
         in no batch the limits cut) go to `sink` instead, straight from the engine connection's
-        callback (`Backend.generate`'s push); the rest, and the end, are yielded.
+        callback (`Backend.generate`'s push); the rest, and the end, are yielded. With `text_sink`
+        too, an event of one token id the parser's hot lane takes (`StreamParser.take_id`) and the
+        tool-call filter passes as it is goes to `text_sink(kind, text)` without its delta object
+        or list; where that returns False (it cannot write it now), to `sink` as usual.
 
         With `reasoning_end_id` (a constraint the engine cannot combine with reasoning), two
         engine requests make one answer: unconstrained up to the reasoning's end token, then
@@ -81,7 +89,7 @@ class Generation:
             if end_id is not None:
                 first = dataclasses.replace(self.request, constraint=None,
                                             stop_token_ids=(*self.request.stop_token_ids, end_id))
-            async for events in self._run(first, produced, sink):
+            async for events in self._run(first, produced, sink, text_sink):
                 yield events
             if self._budget_hit and end_id is None:  # the reasoning budget ran out: close it, then go on
                 produced.extend(self.budget_close_ids)
@@ -104,7 +112,7 @@ class Generation:
                     second = dataclasses.replace(
                         self.request, prompt_token_ids=[*self.request.prompt_token_ids, *produced],
                         max_tokens=left if self.request.max_tokens is not None else self.request.max_tokens)
-                    async for events in self._run(second, produced, sink):
+                    async for events in self._run(second, produced, sink, text_sink):
                         yield events
             events = self.calls.apply(self.parser.finish("stop" if self.parser.stopped else self._engine_finish))
             self.calls.finish()
@@ -122,14 +130,22 @@ class Generation:
                 m.completion_tokens.inc(self.completion_tokens)
 
     async def _run(
-        self, request: GenerationRequest, produced: list[int], sink: Callable[[list[Event]], None] | None
+        self,
+        request: GenerationRequest,
+        produced: list[int],
+        sink: Callable[[list[Event]], None] | None,
+        text_sink: TextSink | None = None,
     ) -> AsyncIterator[list[Event]]:
         """One engine request fed through the parser; its finish reason in `_engine_finish`."""
         self._engine_finish = None
         self._last = self._started = time.monotonic()
         accept, calls = self._accept, self.calls
-        push = None if sink is None else self._pusher(sink, produced)
-        stream = self.backend.generate(request, push)
+        push = push_id = None
+        if sink is not None:
+            push = self._pusher(sink, produced)
+            if text_sink is not None:
+                push_id = self._id_pusher(sink, text_sink, produced)
+        stream = self.backend.generate(request, push, push_id)
         waited = False
         try:
             async for batch in stream:
@@ -236,6 +252,61 @@ class Generation:
             return True
 
         return push
+
+    def _id_pusher(
+        self, sink: Callable[[list[Event]], None], text_sink: TextSink, produced: list[int]
+    ) -> PushId | None:
+        """`Backend.generate`'s `push_id`: one token id (an engine event with nothing else) that
+        the parser's hot lane takes, the tool-call filter passes as it is and no limit stops on
+        is counted as `_accept` counts it and its text goes to `text_sink` (or, where that
+        cannot write it now, its event to `sink`); any other id is declined, nothing taken
+        (the backend then pushes it as a batch). None where the parser has no hot lane for ids,
+        or stop strings are matched."""
+        parser, calls = self.parser, self.calls
+        take = getattr(parser, "take_id", None)
+        if take is None or parser.stop_strings:
+            return None
+        passes = calls.passes_text
+
+        def push_id(tid: int) -> bool:
+            n = self.completion_tokens
+            vocab_size = self.vocab_size
+            if (
+                self.max_tokens is not None and n >= self.max_tokens
+                or vocab_size is not None and not 0 <= tid < vocab_size
+                or self.reasoning_budget is not None
+                and not (self._past_reasoning or self._budget_hit)
+                and self.reasoning_tokens >= self.reasoning_budget
+            ):
+                return False
+            text = take(tid)
+            if text is None:
+                return False
+            m = self.metrics
+            if m is not None:
+                now = time.monotonic()
+                if n:
+                    m.inter_token.observe(now - self._last)
+                else:
+                    m.ttft.observe(now - self._started)
+                self._last = now
+            self.completion_tokens = n + 1
+            produced.append(tid)
+            kind = parser.lane
+            if not self._past_reasoning:
+                self.reasoning_tokens += 1
+                if kind == "content":
+                    self._past_reasoning = True
+            if passes(kind):
+                if not text_sink(kind, text):
+                    sink([_DELTA[kind](text)])
+            else:
+                events = calls.apply([_DELTA[kind](text)])
+                if events:
+                    sink(events)
+            return True
+
+        return push_id
 
     def _feed(self, ids: list[int], lps: list | None) -> list[Event]:
         """Feed a batch of ids and count them; with stop strings, one by one, so that the tokens

@@ -12,7 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from chatsieve.server.backends import Backend, BackendError, GenerationRequest, Push, TokenBatch
+from chatsieve.server.backends import Backend, BackendError, GenerationRequest, Push, PushId, TokenBatch
 from chatsieve.server.client import ClientError, EngineHTTP
 
 log = logging.getLogger("chatsieve.server")
@@ -51,12 +51,15 @@ class ReplicaPool:
         healthy = [r for r in left if r.healthy] or left
         return min(healthy, key=lambda r: r.in_flight)
 
-    def generate(self, req: GenerationRequest, push: Push | None = None) -> AsyncIterator[TokenBatch]:
+    def generate(
+        self, req: GenerationRequest, push: Push | None = None, push_id: PushId | None = None
+    ) -> AsyncIterator[TokenBatch]:
         """The batches of one generation. One replica: its own stream, unwrapped (a layer
-        less on every engine event; it has no other replica to retry on), and `push` as
-        `Backend.generate` takes it. Several: no pushing (a retry starts another stream)."""
+        less on every engine event; it has no other replica to retry on), and `push` and
+        `push_id` as `Backend.generate` takes them. Several: no pushing (a retry starts another
+        stream)."""
         if len(self.replicas) == 1:
-            return self.replicas[0].backend.generate(req, push)
+            return self.replicas[0].backend.generate(req, push, push_id)
         return self._spread(req)
 
     async def _spread(self, req: GenerationRequest) -> AsyncIterator[TokenBatch]:

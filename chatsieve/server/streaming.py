@@ -176,8 +176,22 @@ async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder, o
             if data:
                 body.write(data)
 
+    encode_text = getattr(encoder, "encode_text", None)
+
+    def deliver_text(kind: str, text: str) -> bool:  # `deliver` of one text delta, where it can be written now
+        if pending.busy or pending.events or not body.ready:
+            return False
+        data = encode_text(kind, text)
+        if data is None:
+            return False
+        if ping:
+            pending.last = loop.time()
+        body.write(data)
+        return True
+
     try:
-        async with contextlib.aclosing(gen.events(deliver)) as events:
+        events = gen.events(deliver, deliver_text if encode_text is not None and body is not None else None)
+        async with contextlib.aclosing(events) as events:
             async for batch in events:
                 deliver(batch)
     except BackendError as e:

@@ -1,0 +1,296 @@
+"""The stream's text lane gives the client the bytes the layered path gives.
+
+A token id the parser's hot lane takes (`StreamParser.take_id`) goes from the engine connection's
+callback to the client's transport as text: the reader's `one_id`, the generation's `push_id`,
+`ToolCallFilter.passes_text` and the encoder's `encode_text`, without the batch, event and list
+objects of the layered path (`push`, `_accept`, `feed`, `apply`, `deliver`, `encode`). Here
+every route's whole stream is run both ways on the same engine bytes, cut into reads anywhere
+(most reads one whole event, as a paced engine's are) and with the client falling behind
+between any two reads, for requests that reach each check the lane makes: strict tools (a held
+call), max_tokens, a reasoning budget (a second engine request), stop token ids, vLLM and
+llama.cpp events; the bytes must be equal up to the random ids, and the lane must have taken
+tokens (else the comparison proves nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from contextlib import ExitStack
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from models import DEV_INSTALL, model_path, require_module
+
+require_module("starlette", DEV_INSTALL)
+require_module("httptools", DEV_INSTALL)
+require_module("tokenizers", DEV_INSTALL)
+
+from chatsieve import StreamParser, load_tokenizer  # noqa: E402
+from chatsieve.protocols.anthropic import ANTHROPIC  # noqa: E402
+from chatsieve.protocols.common import ResponseInfo  # noqa: E402
+from chatsieve.protocols.openai_chat import OPENAI_CHAT  # noqa: E402
+from chatsieve.protocols.openai_responses import OPENAI_RESPONSES  # noqa: E402
+from chatsieve.server import client as engine_client  # noqa: E402
+from chatsieve.server.config import ServerConfig  # noqa: E402
+from chatsieve.server.generation import Generation  # noqa: E402
+from chatsieve.server.service import ChatService  # noqa: E402
+from chatsieve.server.streaming import StreamOut, write_event_stream  # noqa: E402
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+TOOL = {
+    "name": "write_file",
+    "description": "Write a file.",
+    "parameters": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    },
+}
+REASONING = "The user wants the notes written down, so I will write them to the file first."
+CONTENT = "I will write the notes to the file now, and then tell you what it holds."
+ARGS = {"path": "/tmp/notes.txt", "content": "Meeting at ten. Bring the plans and the budget."}
+
+
+def request(route: str, variant: str, stop_id: int) -> dict:
+    """The request body of `route` for `variant` (which check of the lane it reaches)."""
+    strict = variant == "strict"
+    user = [{"role": "user", "content": "Write the notes file."}]
+    if route == "chat":
+        body = {"model": "m", "messages": user, "stream": True,
+                "tools": [{"type": "function", "function": {**TOOL, "strict": strict}}]}
+    elif route == "messages":
+        body = {"model": "m", "messages": user, "stream": True, "max_tokens": 4000,
+                "thinking": {"type": "enabled", "budget_tokens": 2048},
+                "tools": [{"name": TOOL["name"], "description": TOOL["description"],
+                           "input_schema": TOOL["parameters"], "strict": strict}]}
+    else:
+        body = {"model": "m", "input": "Write the notes file.", "stream": True,
+                "reasoning": {"effort": "medium", "summary": "auto"},
+                "tools": [{"type": "function", **TOOL, "strict": strict}]}
+    if variant == "max_tokens":  # cut in the content
+        body["max_output_tokens" if route == "responses" else "max_tokens"] = 30
+        if route == "messages":
+            body["thinking"]["budget_tokens"] = 29
+    elif variant == "budget":  # run out in the reasoning
+        if route == "messages":
+            body["thinking"]["budget_tokens"] = 9
+        else:
+            body["thinking_token_budget"] = 9
+    elif variant == "stop_ids":
+        body["stop_token_ids"] = [stop_id]
+    return body
+
+
+PARSE = {"chat": OPENAI_CHAT, "messages": ANTHROPIC, "responses": OPENAI_RESPONSES}
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class Body:
+    """The client's side: keeps the bytes; while `slow`, not ready until the test lets it read."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.ready = True
+        self._read = asyncio.Event()
+
+    def write(self, data: bytes) -> None:
+        self.parts.append(data)
+
+    async def drain(self) -> None:
+        while not self.ready:
+            self._read.clear()
+            await self._read.wait()
+
+    def catch_up(self) -> None:
+        self.ready = True
+        self._read.set()
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+def vllm_events(ids: list[int], decode) -> list[bytes]:
+    out = []
+    for i, t in enumerate(ids):
+        last = i == len(ids) - 1
+        choice = {"index": 0, "text": decode([t]), "token_ids": [t], "logprobs": None,
+                  "finish_reason": "stop" if last else None, "stop_reason": None}
+        event = {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m", "choices": [choice]}
+        out.append(chunk(b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"))
+    return [*out, chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"]
+
+
+def llamacpp_events(ids: list[int], decode) -> list[bytes]:
+    out = []
+    for t in ids:
+        event = {"index": 0, "content": decode([t]), "tokens": [t], "stop": False, "id_slot": 0}
+        out.append(chunk(b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"))
+    end = {"index": 0, "content": "", "tokens": [], "stop": True, "stop_type": "eos", "timings": {"cache_n": 0}}
+    return [*out, chunk(b"data: " + json.dumps(end).encode() + b"\n\n") + b"0\r\n\r\n"]
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    tok = load_tokenizer(model_path("qwen3"))
+    call = json.dumps({"name": TOOL["name"], "arguments": ARGS})
+    answer = tok.encode(f"<think>\n{REASONING}\n</think>\n\n{CONTENT}\n<tool_call>\n{call}\n</tool_call><|im_end|>")
+    stop_id = tok.encode(" tell")[0]  # a token of the content
+    assert stop_id in answer
+    # after a reasoning budget runs out, the second engine request's answer
+    rest = tok.encode(f"{CONTENT}<|im_end|>")
+    return tok, answer, rest, stop_id
+
+
+def normalized(data: bytes) -> str:
+    """The stream with its random ids numbered in order of appearance, and no timestamps."""
+    text = data.decode()
+    seen: dict[str, str] = {}
+
+    def name(m: re.Match) -> str:
+        return seen.setdefault(m.group(0), f"{m.group(1)}#{len(seen)}")
+
+    text = re.sub(r"\b(chatcmpl-|msg_|call_|toolu_|rs_|fc_|resp_)[A-Za-z0-9_]+", name, text)
+    return re.sub(r'"(created|created_at)":\d+', r'"\1":0', text)
+
+
+async def run_stream(service: ChatService, body: dict, route: str, scripts: list[list[bytes]],
+                     cuts: list[set[int]], slow: list[bool], connections: list) -> bytes:
+    """One whole stream; the engine's n-th request answered with `scripts[n]`, cut into reads at
+    `cuts[n]` (positions in its bytes), the client falling behind before read k where `slow[k]`."""
+    protocol = PARSE[route]
+    parse = (lambda b, lim: ANTHROPIC.parse(b, lim, format="qwen3")) if route == "messages" else protocol.parse
+    parsed = parse(body, service.limits)
+    gen = await service.prepare(parsed.chat)
+    info = ResponseInfo(model="m", prompt_tokens=gen.prompt_tokens, token_bytes=service.token_bytes)
+    client = Body()
+    task = asyncio.create_task(write_event_stream(gen, protocol.encoder(parsed, info), None, StreamOut(None, client)))
+    connections.clear()
+    k = 0
+    for n, script in enumerate(scripts):
+        while len(connections) <= n or not connections[n].transport.sent:
+            if task.done():
+                break
+            await asyncio.sleep(0)
+        if task.done():
+            break
+        conn = connections[n]
+        conn.data_received(HEAD)
+        data = b"".join(script)
+        edges = [0, *sorted(c for c in cuts[n] if 0 < c < len(data)), len(data)]
+        for a, b in zip(edges, edges[1:]):
+            if conn.transport.closed:
+                break  # the stream cancelled this engine request
+            if slow[k % len(slow)]:
+                client.ready = False
+            k += 1
+            conn.data_received(data[a:b])
+            for _ in range(3):
+                await asyncio.sleep(0)
+            client.catch_up()
+    await asyncio.wait_for(task, 10)
+    return b"".join(client.parts)
+
+
+def both_ways(tok, kind: str, body: dict, route: str, scripts: list[list[bytes]], cuts, slow
+              ) -> tuple[str, str, int, int]:
+    """The stream with the text lane and without it, normalized; the tokens the lane took, and
+    the engine requests made."""
+    connections: list = []
+
+    async def connection(self, key):  # EngineHTTP._connection without a socket
+        conn = engine_client._Connection()
+        conn.connection_made(Transport())
+        connections.append(conn)
+        return conn, False
+
+    taken, requests = [0], [0]
+    take_id = StreamParser.take_id
+
+    def counting(self, tid):
+        text = take_id(self, tid)
+        taken[0] += text is not None
+        return text
+
+    async def go() -> tuple[bytes, bytes]:
+        config = ServerConfig(model_dir=model_path("qwen3"), format="qwen3", backend_url="http://127.0.0.1:9",
+                              backend_kind=kind, warm_up=False)
+        service = ChatService(config, tokenizer=tok)
+        await service.start()
+        try:
+            with mock.patch.object(StreamParser, "take_id", counting):
+                lane = await run_stream(service, body, route, scripts, cuts, slow, connections)
+            requests[0] = len(connections)
+            with mock.patch.object(Generation, "_id_pusher", lambda *a: None):
+                layered = await run_stream(service, body, route, scripts, cuts, slow, connections)
+        finally:
+            await service.stop()
+        return lane, layered
+
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(engine_client.EngineHTTP, "_connection", connection))
+        lane, layered = asyncio.run(go())
+    return normalized(lane), normalized(layered), taken[0], requests[0]
+
+
+def reads(sizes: list[int]) -> st.SearchStrategy:
+    """Cut positions: most event boundaries kept (a paced engine's reads), some dropped (reads of
+    several events), and a few anywhere (an event split over reads)."""
+    bounds = [sum(sizes[: i + 1]) for i in range(len(sizes) - 1)]
+    total = sum(sizes)
+    return st.builds(
+        lambda drop, extra: {b for i, b in enumerate(bounds) if i not in drop} | set(extra),
+        st.sets(st.integers(0, len(bounds) - 1), max_size=len(bounds) // 3),
+        st.lists(st.integers(1, total - 1), max_size=6),
+    )
+
+
+CASES = [(route, variant, "vllm") for route in ("chat", "messages", "responses")
+         for variant in ("plain", "strict", "max_tokens", "budget", "stop_ids")
+         if (route, variant) != ("responses", "budget")]  # (the Responses API has no reasoning budget)
+CASES += [(route, "plain", "llamacpp") for route in ("chat", "messages", "responses")]
+
+
+@pytest.mark.parametrize(("route", "variant", "kind"), CASES)
+def test_the_text_lane_writes_what_the_layered_path_writes(qwen, route, variant, kind):
+    tok, answer, rest, stop_id = qwen
+    body = request(route, variant, stop_id)
+    events = vllm_events if kind == "vllm" else llamacpp_events
+    scripts = [events(answer, tok.decode), events(rest, tok.decode)]
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(cuts=st.tuples(*(reads([len(e) for e in s]) for s in scripts)),
+           slow=st.lists(st.booleans(), min_size=1, max_size=40))
+    def check(cuts, slow):
+        lane, layered, taken, requests = both_ways(tok, kind, body, route, scripts, list(cuts), slow)
+        assert lane == layered
+        assert taken > 0, "the lane took no token: the comparison proves nothing"
+        assert requests == (2 if variant == "budget" else 1)  # the budget's second engine request
+
+    check()

@@ -74,6 +74,15 @@ if orjson is not None:
         except ValueError:
             return json.loads(data)
 
+    # for the server's per-token path, one call less: `string` is the JSON of a str (only), and
+    # `loads_strict` is orjson's, which raises ValueError on NaN and Infinity too (a caller that
+    # gets one then reads the data with `loads`)
+    string = _orjson_dumps
+    loads_strict = _orjson_loads
+
 else:  # pragma: no cover
     dumps = _std_dumps
-    loads = json.loads
+    loads = loads_strict = json.loads
+
+    def string(text: str) -> bytes:
+        return json.dumps(text, ensure_ascii=False).encode()

@@ -76,6 +76,21 @@ def test_orjson_and_the_fallback_write_the_same_bytes(with_orjson, value):
         assert fast.loads(std.dumps(value)) == value
 
 
+@settings(max_examples=200, deadline=None)
+@given(text=st.text())
+def test_a_string_is_written_the_same_by_string_and_dumps(with_orjson, text):
+    assert fast.string(text) == std.string(text) == fast.dumps(text) == std.dumps(text)
+    assert fast.loads_strict(fast.string(text)) == std.loads_strict(std.string(text)) == text
+
+
+def test_loads_strict_refuses_what_loads_accepts_beyond_json():
+    for codec in (fast, std) if fast.orjson is not None else (std,):
+        assert math.isnan(codec.loads(b"NaN"))
+    if fast.orjson is not None:
+        with pytest.raises(ValueError):  # the caller then reads it with `loads`
+            fast.loads_strict(b"NaN")
+
+
 def _has_huge_int(value) -> bool:
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return False

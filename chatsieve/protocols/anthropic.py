@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from chatsieve._json import dumps
+from chatsieve._json import dumps, string
 from chatsieve.events import Event, ToolCallStart
 from chatsieve.messages import MessageError, normalize_messages, order_tool_results
 from chatsieve.protocols.common import (
@@ -630,9 +630,7 @@ class MessageStream:
         index = self.ops.more(kind, text)
         if index is None:
             return None
-        if kind == "content":
-            return _TEXT_DELTA % (index, dumps(text))
-        return _THINKING_DELTA % (index, dumps(text))
+        return (_TEXT_DELTA if kind == "content" else _THINKING_DELTA) % (index, string(text))
 
     def finish(self, outcome: Outcome) -> bytes:
         reason, sequence = stop_reason(outcome)

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from chatsieve._json import dumps
+from chatsieve._json import dumps, string
 from chatsieve.events import (
     ContentDelta,
     Event,
@@ -386,7 +386,7 @@ class ChunkStream:
         if self.logprobs:
             return None
         head, tail = self._frame
-        value = dumps(text)
+        value = string(text)
         if kind == "content":
             return b"".join((head, b'{"content":', value, b"}", tail))
         return b"".join((head, b'{"reasoning_content":', value, b',"reasoning":', value, b"}", tail))

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 import anyio
 
-from chatsieve._json import dumps, loads
+from chatsieve._json import dumps, loads, loads_strict
 from chatsieve.events import TokenLogprob
 from chatsieve.grammar import Constraint
 from chatsieve.server.client import ClientError, ConnectFailed, EngineHTTP, ReadTimeout
@@ -689,9 +689,9 @@ class _EventReader:
                     and raw != b"data: [DONE]\n\n"
                 ):  # the usual read when the engine is paced (as `feed` tells it)
                     try:
-                        event = loads(raw[6:-2])
+                        event = loads_strict(raw[6:-2])
                     except ValueError:
-                        event = None  # `feed` says what is wrong with it
+                        event = None  # `feed` reads it, or says what is wrong with it
                     tid = one_id(event) if type(event) is dict else None
                     if tid is not None:
                         self.count += 1

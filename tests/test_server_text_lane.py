@@ -15,6 +15,7 @@ tokens (else the comparison proves nothing).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from contextlib import ExitStack
@@ -156,16 +157,34 @@ def llamacpp_events(ids: list[int], decode) -> list[bytes]:
     return [*out, chunk(b"data: " + json.dumps(end).encode() + b"\n\n") + b"0\r\n\r\n"]
 
 
-@pytest.fixture(scope="module")
-def qwen():
-    tok = load_tokenizer(model_path("qwen3"))
-    call = json.dumps({"name": TOOL["name"], "arguments": ARGS})
-    answer = tok.encode(f"<think>\n{REASONING}\n</think>\n\n{CONTENT}\n<tool_call>\n{call}\n</tool_call><|im_end|>")
-    stop_id = tok.encode(" tell")[0]  # a token of the content
-    assert stop_id in answer
-    # after a reasoning budget runs out, the second engine request's answer
-    rest = tok.encode(f"{CONTENT}<|im_end|>")
-    return tok, answer, rest, stop_id
+# each family's answer: reasoning, content, then the call; and, after a reasoning budget runs out,
+# what the second engine request answers
+ANSWERS = {
+    "qwen3": (
+        "qwen3",
+        "<think>\n{r}\n</think>\n\n{c}\n<tool_call>\n{{\"name\": \"write_file\", \"arguments\": {a}}}\n"
+        "</tool_call><|im_end|>",
+        "{c}<|im_end|>",
+    ),
+    "gpt_oss": (
+        "gpt-oss",
+        "<|channel|>analysis<|message|>{r}<|end|><|start|>assistant<|channel|>commentary<|message|>{c}<|end|>"
+        "<|start|>assistant to=functions.write_file<|channel|>commentary <|constrain|>json<|message|>{a}<|call|>",
+        "<|channel|>final<|message|>{c}<|return|>",  # (the budget's close ends with "<|start|>assistant")
+    ),
+}
+
+
+@functools.cache
+def family(name: str):
+    """The family's tokenizer, its answer's ids and the budget's second answer, a stop id (a token
+    of the content) and its model directory."""
+    directory, answer, rest = ANSWERS[name]
+    tok = load_tokenizer(model_path(directory))
+    answer_ids = tok.encode(answer.format(r=REASONING, c=CONTENT, a=json.dumps(ARGS)))
+    stop_id = tok.encode(" tell")[0]
+    assert stop_id in answer_ids
+    return tok, answer_ids, tok.encode(rest.format(c=CONTENT)), stop_id, model_path(directory)
 
 
 def normalized(data: bytes) -> str:
@@ -185,7 +204,8 @@ async def run_stream(service: ChatService, body: dict, route: str, scripts: list
     """One whole stream; the engine's n-th request answered with `scripts[n]`, cut into reads at
     `cuts[n]` (positions in its bytes), the client falling behind before read k where `slow[k]`."""
     protocol = PARSE[route]
-    parse = (lambda b, lim: ANTHROPIC.parse(b, lim, format="qwen3")) if route == "messages" else protocol.parse
+    parse = (lambda b, lim: ANTHROPIC.parse(b, lim, format=service.config.format)) if route == "messages" \
+        else protocol.parse
     parsed = parse(body, service.limits)
     gen = await service.prepare(parsed.chat)
     info = ResponseInfo(model="m", prompt_tokens=gen.prompt_tokens, token_bytes=service.token_bytes)
@@ -218,7 +238,7 @@ async def run_stream(service: ChatService, body: dict, route: str, scripts: list
     return b"".join(client.parts)
 
 
-def both_ways(tok, kind: str, body: dict, route: str, scripts: list[list[bytes]], cuts, slow
+def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[bytes]], cuts, slow
               ) -> tuple[str, str, int, int]:
     """The stream with the text lane and without it, normalized; the tokens the lane took, and
     the engine requests made."""
@@ -239,7 +259,8 @@ def both_ways(tok, kind: str, body: dict, route: str, scripts: list[list[bytes]]
         return text
 
     async def go() -> tuple[bytes, bytes]:
-        config = ServerConfig(model_dir=model_path("qwen3"), format="qwen3", backend_url="http://127.0.0.1:9",
+        tok, *_, directory = family(fmt)
+        config = ServerConfig(model_dir=directory, format=fmt, backend_url="http://127.0.0.1:9",
                               backend_kind=kind, warm_up=False)
         service = ChatService(config, tokenizer=tok)
         await service.start()
@@ -271,15 +292,18 @@ def reads(sizes: list[int]) -> st.SearchStrategy:
     )
 
 
-CASES = [(route, variant, "vllm") for route in ("chat", "messages", "responses")
+ROUTES = ("chat", "messages", "responses")
+CASES = [("qwen3", route, variant, "vllm") for route in ROUTES
          for variant in ("plain", "strict", "max_tokens", "budget", "stop_ids")
          if (route, variant) != ("responses", "budget")]  # (the Responses API has no reasoning budget)
-CASES += [(route, "plain", "llamacpp") for route in ("chat", "messages", "responses")]
+CASES += [("qwen3", route, "plain", "llamacpp") for route in ROUTES]
+CASES += [("gpt_oss", route, variant, "vllm") for route in ROUTES for variant in ("plain", "budget")
+          if (route, variant) != ("responses", "budget")]
 
 
-@pytest.mark.parametrize(("route", "variant", "kind"), CASES)
-def test_the_text_lane_writes_what_the_layered_path_writes(qwen, route, variant, kind):
-    tok, answer, rest, stop_id = qwen
+@pytest.mark.parametrize(("fmt", "route", "variant", "kind"), CASES)
+def test_the_text_lane_writes_what_the_layered_path_writes(fmt, route, variant, kind):
+    tok, answer, rest, stop_id, _ = family(fmt)
     body = request(route, variant, stop_id)
     events = vllm_events if kind == "vllm" else llamacpp_events
     scripts = [events(answer, tok.decode), events(rest, tok.decode)]
@@ -288,7 +312,7 @@ def test_the_text_lane_writes_what_the_layered_path_writes(qwen, route, variant,
     @given(cuts=st.tuples(*(reads([len(e) for e in s]) for s in scripts)),
            slow=st.lists(st.booleans(), min_size=1, max_size=40))
     def check(cuts, slow):
-        lane, layered, taken, requests = both_ways(tok, kind, body, route, scripts, list(cuts), slow)
+        lane, layered, taken, requests = both_ways(fmt, kind, body, route, scripts, list(cuts), slow)
         assert lane == layered
         assert taken > 0, "the lane took no token: the comparison proves nothing"
         assert requests == (2 if variant == "budget" else 1)  # the budget's second engine request

@@ -8,8 +8,9 @@ every route's whole stream is run both ways on the same engine bytes, cut into r
 (most reads one whole event, as a paced engine's are) and with the client falling behind
 between any two reads, for requests that reach each check the lane makes: strict tools (a held
 call), max_tokens, a reasoning budget (a second engine request), stop token ids, vLLM and
-llama.cpp events; the bytes must be equal up to the random ids, and the lane must have taken
-tokens (else the comparison proves nothing).
+llama.cpp events, in Qwen3's format and gpt-oss's (harmony's own hot lane); the bytes must be
+equal up to the random ids, and the lane must have taken tokens (else the comparison proves
+nothing).
 """
 
 from __future__ import annotations

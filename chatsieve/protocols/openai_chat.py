@@ -363,11 +363,8 @@ class ChunkStream:
         head, tail = self._frame
         out: list[bytes] = []
         for kind, value, _ in runs(events):
-            if kind == "content":
-                out += (head, b'{"content":', dumps(value), b"}", tail)
-            elif kind == "reasoning":
-                text = dumps(value)
-                out += (head, b'{"reasoning_content":', text, b',"reasoning":', text, b"}", tail)
+            if kind == "content" or kind == "reasoning":
+                out.append(self._text_chunk(kind, dumps(value)))
             elif kind == "start":
                 out += (head, dumps({"tool_calls": [_call_start(value)]}), tail)
             else:
@@ -383,10 +380,11 @@ class ChunkStream:
     def encode_text(self, kind: str, text: str) -> bytes | None:
         """`encode` of one reasoning or content delta (see `StreamEncoder.encode`); None with
         logprobs."""
-        if self.logprobs:
-            return None
+        return None if self.logprobs else self._text_chunk(kind, string(text))
+
+    def _text_chunk(self, kind: str, value: bytes) -> bytes:
+        """The chunk of a reasoning or content delta whose text's JSON is `value`."""
         head, tail = self._frame
-        value = string(text)
         if kind == "content":
             return b"".join((head, b'{"content":', value, b"}", tail))
         return b"".join((head, b'{"reasoning_content":', value, b',"reasoning":', value, b"}", tail))

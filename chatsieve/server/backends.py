@@ -616,15 +616,23 @@ class _EventReader:
 
     def feed(self, raw: bytes) -> TokenBatch | None:
         """The batch in `raw` (its events merged), or None."""
+        data = self.whole_event(raw)
+        if data is not None:
+            return self.read_data(data)
+        return self._read(self.sse.feed(raw))
+
+    def whole_event(self, raw: bytes) -> bytes | None:
+        """The data of `raw` where it is one whole one-line event and nothing else (the usual read
+        when the engine is paced; SseParser's answer for it), else None."""
         if (
             raw[:6] == b"data: "
             and raw[-2:] == b"\n\n"
             and raw.find(b"\n") == len(raw) - 2
             and not self.sse.partial
             and b"\r" not in raw
-        ):  # the usual read when the engine is paced, one whole one-line event: SseParser's answer
-            return self.read_data(raw[6:-2])
-        return self._read(self.sse.feed(raw))
+        ):
+            return raw[6:-2]
+        return None
 
     def finish(self) -> TokenBatch | None:
         """The batch in an event the stream ended without a blank line after."""
@@ -679,17 +687,10 @@ class _EventReader:
 
         def pushed(raw: bytes) -> bool:
             try:
-                if (
-                    one_id is not None
-                    and raw[:6] == b"data: "
-                    and raw[-2:] == b"\n\n"
-                    and raw.find(b"\n") == len(raw) - 2
-                    and not self.sse.partial
-                    and b"\r" not in raw
-                    and raw != b"data: [DONE]\n\n"
-                ):  # the usual read when the engine is paced (as `feed` tells it)
+                data = self.whole_event(raw) if one_id is not None else None
+                if data is not None and data != b"[DONE]":
                     try:
-                        event = loads_strict(raw[6:-2])
+                        event = loads_strict(data)
                     except ValueError:
                         event = None  # `feed` reads it, or says what is wrong with it
                     tid = one_id(event) if type(event) is dict else None

@@ -12,12 +12,13 @@ included). Each server also answers one request right after start-up and then si
 their TTFT ratio is the start-up penalty. Every answer is checked against batch parsing.
 
     CHATSIEVE_MODELS=../shared/models python bench/bench_burst.py [--sizes 500,2000,8000] [--bursts 1,32,128]
-        [--workers 1,2] [--rounds 2] [--profile-gil FILE]
+        [--workers 1,2] [--rounds 2] [--profile-gil FILE] [--timeline]
 
 The server runs the chatsieve this process imported (`bench/ab.py OTHER bench/bench_burst.py`
 compares two checkouts). `--profile-gil FILE` records the one-worker server's bursts with py-spy
 (`--gil`: only samples holding the interpreter, so shares are of interpreter time) and prints
-where they went. Figures are noisy on a shared machine: compare rows of one run, and note `uptime`.
+where they went. `--timeline` splits each burst's time to first token into its phases, from stamps
+the server makes (bench/timeline/sitecustomize.py) and the client's own. Figures are noisy on a shared machine: compare rows of one run, and note `uptime`.
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ def main() -> None:
                     "write its stats to FILE.SIZE")
     ap.add_argument("--profile-gil", metavar="FILE", default=None,
                     help="record the one-worker server with py-spy --gil during the bursts; raw stacks to FILE")
+    ap.add_argument("--timeline", action="store_true",
+                    help="stamp each request's phases in the server (bench/timeline/sitecustomize.py) and print, "
+                    "per burst, where the time to first token went")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     bursts = [int(s) for s in args.bursts.split(",")]
@@ -212,7 +216,10 @@ def main() -> None:
                        *[a for k in keys for a in ("--api-key", k)], *args.serve_arg]
                 if w != 1:
                     cmd += ["--workers", str(w)]
-                server = subprocess.Popen(cmd, env=env, cwd=code)
+                stamps = f"/tmp/chatsieve-burst-timeline-{os.getpid()}-{w}-{size}"
+                server_env = {**env, "CHATSIEVE_BENCH_TIMELINE": stamps,
+                              "PYTHONPATH": f"{Path(__file__).resolve().parent / 'timeline'}:{code}"} if args.timeline else env
+                server = subprocess.Popen(cmd, env=server_env, cwd=code)
                 spy = None
                 try:
                     wait_up(port, server)
@@ -239,6 +246,9 @@ def main() -> None:
                             responses = asyncio.run(_spread(port, bodies, keys, server.pid, spread))
                             cpu = tree_cpu(server.pid) - cpu0
                             served = ttfts(responses, check_served)
+                            if args.timeline:
+                                print(f"  where the time to first token went (burst {n}): "
+                                      f"{split_timeline(stamps, responses, served)}", flush=True)
                             row = (w, size, n, pct(direct, .5), pct(direct, .99), pct(served, .5), pct(served, .99),
                                    cpu * 1e3 / n, "/".join(map(str, spread[0])) if spread else "")
                             rows.append(row)
@@ -276,6 +286,38 @@ async def _spread(port: int, bodies: list[bytes], keys: list[str], server_pid: i
     for part in got:
         out += part
     return out
+
+
+# The phases `split_timeline` reports, between the stamps of bench/timeline/sitecustomize.py and
+# the client's: sent, prepare entered, thread began, thread ended, prepare returned, stream
+# began, first output arrived.
+TIMELINE = ("intake (HTTP, body, parse)", "waiting for a preparation thread", "preparation (GIL shared)",
+            "back on the loop", "to the stream", "to the first output (engine, parse, write)")
+
+
+def split_timeline(prefix: str, responses: list[Response], served: list[float]) -> str:
+    """The mean ms of each TIMELINE phase over the burst's requests, and over its slowest tenth
+    (by time to first token): its requests' stamps are read from the server's files (and removed),
+    and matched to the responses by their x-request-id."""
+    stamps = {}
+    for path in Path(prefix).parent.glob(Path(prefix).name + ".*"):
+        for line in path.read_text().splitlines():
+            got = json.loads(line)
+            stamps[got["id"]] = got["stamps"]
+        path.unlink()
+    rows = []
+    for r, ttft in zip(responses, served, strict=True):
+        head = bytes(r.raw[: r.raw.find(b"\r\n\r\n")]).lower().split(b"\r\n")
+        rid = next((h.split(b":", 1)[1].strip().decode() for h in head if h.startswith(b"x-request-id:")), None)
+        if rid in stamps:
+            times = [r.sent, *stamps[rid], r.sent + ttft / 1e3]
+            rows.append((ttft, [(b - a) * 1e3 for a, b in zip(times, times[1:])]))
+    if len(rows) != len(responses):
+        return f"stamps for {len(rows)} of {len(responses)} requests: not shown"
+    rows.sort()
+    slow = rows[-max(len(rows) // 10, 1):]
+    return "; ".join(f"{name} {sum(p[k] for _, p in rows) / len(rows):.1f} / {sum(p[k] for _, p in slow) / len(slow):.1f}"
+                     for k, name in enumerate(TIMELINE)) + " (ms: mean / mean of the slowest tenth)"
 
 
 def _row(row) -> str:

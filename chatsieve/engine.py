@@ -282,6 +282,12 @@ class Engine:
         return mode
 
     @property
+    def holds_args(self) -> bool:
+        """Whether the engine is in a call region whose arguments it holds until the call ends
+        (no stream_arguments): argument text `take_plain` takes there makes no event."""
+        return self._mode == REGION and not self.stream_arguments
+
+    @property
     def bare(self) -> bool:
         """Whether text of the open reasoning or content field goes straight to its
         FieldSink, no filter between: the parser's hot lane then holds back a delta's

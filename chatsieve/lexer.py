@@ -112,13 +112,18 @@ class MarkerLexer:
         """Fast lane: when feeding an ordinary (non-control) piece of `text` would give
         exactly `Text(text, start)` (nothing is held or pending, and no character of it
         can begin a marker), take it so and return `start`; else None, nothing taken."""
+        start = self.plain_start(text)
+        if start is not None:
+            self._pos = self._held_start = start + len(text)
+        return start
+
+    def plain_start(self, text: str) -> int | None:
+        """The `start` `take_plain(text)` would return, taking nothing."""
         if self._held or self._pending is not None:
             return None
         if self._first_re is not None and self._first_re.search(text) is not None:
             return None
-        start = self._pos
-        self._pos = self._held_start = start + len(text)
-        return start
+        return self._pos
 
     def finish(self) -> list[Segment]:
         out: list[Segment] = []

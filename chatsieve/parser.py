@@ -246,11 +246,14 @@ class StreamParser:
     def take_id(self, tid: int) -> str | None:
         """`feed(token_ids=[tid])` where the hot lane takes `tid` as it is (its text known, nothing
         held back): the same state, and the text of the one delta `feed` would return, of the
-        kind `lane` names (``ReasoningDelta`` or ``ContentDelta``). None anywhere else, nothing
-        taken. For a caller that writes the text on without the delta object (the server's
-        stream)."""
+        kind `lane` names (``ReasoningDelta`` or ``ContentDelta``); or "" where `tid` only adds
+        to the held arguments of a call (`_take_held_args`: `feed` would return no event). None
+        anywhere else, nothing taken. For a caller that writes the text on without the delta
+        object (the server's stream)."""
         hot = self._hot
-        if hot is None or not self._hot_ids or tid in self._hot_stops:
+        if hot is None:
+            return self._take_held_args(tid) if self._warm is None and self._hot_ok else None
+        if not self._hot_ids or tid in self._hot_stops:
             return None
         text = self._hot_texts.get(tid)
         if not text:
@@ -258,6 +261,28 @@ class StreamParser:
         hot.append(text)
         self._hot_k += 1
         return text
+
+    def _take_held_args(self, tid: int) -> str | None:
+        """`take_id` inside the arguments of a call that are held until it ends (no
+        stream_arguments): where `feed(token_ids=[tid])` would only add `tid`'s text to them
+        (the fast lane's `_plain` taking it as "region", with no event), it is taken so, and ""
+        is returned (no delta). None anywhere else, nothing taken."""
+        engine = self._engine
+        if not engine.holds_args or self._logprobs or tid in self._hot_stops:
+            return None
+        text = self._detok.plain(tid) if self._detok is not None else None
+        if not text:
+            return None
+        stops = self._stops
+        if stops is not None and not stops.passes(text, tid):
+            return None
+        lexer = self._lexer
+        start = lexer.plain_start(text)
+        if start is None or engine.take_plain(text, start) is None:
+            return None
+        lexer.take_plain(text)
+        self._pos += len(text)
+        return ""
 
     def finish(self, finish_reason: str | None = None) -> list[Event]:
         if self._done:

@@ -130,9 +130,10 @@ def _taking(p: StreamParser, ids: list[int]) -> tuple[list, int]:
         text = p.take_id(t)
         if text is None:
             events += p.feed(token_ids=[t])
-        else:
+            continue
+        if text:  # ("": added to a call's held arguments, no event)
             events.append(ReasoningDelta(text) if p.lane == "reasoning" else ContentDelta(text))
-            taken += 1
+        taken += 1
     return _norm(events + p.finish()), taken
 
 
@@ -161,6 +162,36 @@ def test_take_id_takes_the_ids_of_the_open_reasoning_and_content():
     assert p.message.content == "the file the file the file"
     with_stop = StreamParser("qwen3", tools=TOOLS, tokenizer=tok, stop=["zz"])
     assert _taking(with_stop, ids) == (events, 0)  # stop strings: never (the text must be matched)
+
+
+# a call to write_file whose path is "the file the file the file", in each family's syntax
+HELD_CALLS = {
+    "qwen3": '<tool_call>{{"name": "write_file", "arguments": {{"path": "{p}"}}}}</tool_call><|im_end|>',
+    "qwen3_coder": "<tool_call><function=write_file><parameter=path>{p}</parameter></function></tool_call><|im_end|>",
+    "gemma4": '<|tool_call>call:write_file{{path:<|"|>{p}<|"|>}}<tool_call|><turn|>',
+    "gpt_oss": '<|start|>assistant to=functions.write_file<|channel|>commentary json<|message|>{{"path": "{p}"}}<|call|>',
+    "deepseek_v31": '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>write_file<｜tool▁sep｜>{{"path": "{p}"}}'
+                    "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>",
+    "kimi_k2": '<|tool_calls_section_begin|><|tool_call_begin|>functions.write_file:0<|tool_call_argument_begin|>'
+               '{{"path": "{p}"}}<|tool_call_end|><|tool_calls_section_end|><|im_end|>',
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(HELD_CALLS))
+def test_take_id_takes_the_ids_of_a_held_argument_string(fmt):
+    """Inside a call's argument string, with the arguments held until the call ends (the
+    server's parser), `take_id` takes the ids that only add to them, making no delta; with
+    stream_arguments (each fragment an event) it takes none there."""
+    tok = _tokenizer(fmt)
+    ids = tok.encode(HELD_CALLS[fmt].format(p="the file the file the file"))
+    opts = {"thinking": False}
+    events, taken = _taking(StreamParser(fmt, tools=TOOLS, tokenizer=tok, **opts), ids)
+    assert events == _run(fmt, [[t] for t in ids], False, tok, **opts)
+    [call] = [e for e in events if isinstance(e, ToolCallArgsDelta)]
+    assert json.loads(call.json_text) == {"path": "the file the file the file"}
+    assert taken >= 4, taken  # the repeats of " the" and " file" inside the string
+    streamed = StreamParser(fmt, tools=TOOLS, tokenizer=tok, stream_arguments=True, **opts)
+    assert _taking(streamed, ids)[1] == 0
 
 
 @pytest.mark.parametrize("fmt", ["qwen3", "gpt_oss", "deepseek_v31", "kimi_k2"])

@@ -3,14 +3,15 @@
 A token id the parser's hot lane takes (`StreamParser.take_id`) goes from the engine connection's
 callback to the client's transport as text: the reader's `one_id`, the generation's `push_id`,
 `ToolCallFilter.passes_text` and the encoder's `encode_text`, without the batch, event and list
-objects of the layered path (`push`, `_accept`, `feed`, `apply`, `deliver`, `encode`). Here
+objects of the layered path (`push`, `_accept`, `feed`, `apply`, `deliver`, `encode`); an id it
+adds to a call's held arguments goes no further (the layered path makes no event of it). Here
 every route's whole stream is run both ways on the same engine bytes, cut into reads anywhere
 (most reads one whole event, as a paced engine's are) and with the client falling behind
 between any two reads, for requests that reach each check the lane makes: strict tools (a held
 call), max_tokens, a reasoning budget (a second engine request), stop token ids, vLLM and
 llama.cpp events, in Qwen3's format and gpt-oss's (harmony's own hot lane); the bytes must be
-equal up to the random ids, and the lane must have taken tokens (else the comparison proves
-nothing).
+equal up to the random ids, and the lane must have taken tokens, those of the call's arguments
+among them where the stream reaches the call (else the comparison proves nothing).
 """
 
 from __future__ import annotations
@@ -240,9 +241,9 @@ async def run_stream(service: ChatService, body: dict, route: str, scripts: list
 
 
 def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[bytes]], cuts, slow
-              ) -> tuple[str, str, int, int]:
-    """The stream with the text lane and without it, normalized; the tokens the lane took, and
-    the engine requests made."""
+              ) -> tuple[str, str, int, int, int]:
+    """The stream with the text lane and without it, normalized; the tokens the lane took (and of
+    them, those it added to a call's held arguments), and the engine requests made."""
     connections: list = []
 
     async def connection(self, key):  # EngineHTTP._connection without a socket
@@ -251,12 +252,13 @@ def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[by
         connections.append(conn)
         return conn, False
 
-    taken, requests = [0], [0]
+    taken, held, requests = [0], [0], [0]
     take_id = StreamParser.take_id
 
     def counting(self, tid):
         text = take_id(self, tid)
         taken[0] += text is not None
+        held[0] += text == ""
         return text
 
     async def go() -> tuple[bytes, bytes]:
@@ -278,7 +280,7 @@ def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[by
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(engine_client.EngineHTTP, "_connection", connection))
         lane, layered = asyncio.run(go())
-    return normalized(lane), normalized(layered), taken[0], requests[0]
+    return normalized(lane), normalized(layered), taken[0], held[0], requests[0]
 
 
 def reads(sizes: list[int]) -> st.SearchStrategy:
@@ -313,9 +315,11 @@ def test_the_text_lane_writes_what_the_layered_path_writes(fmt, route, variant, 
     @given(cuts=st.tuples(*(reads([len(e) for e in s]) for s in scripts)),
            slow=st.lists(st.booleans(), min_size=1, max_size=40))
     def check(cuts, slow):
-        lane, layered, taken, requests = both_ways(fmt, kind, body, route, scripts, list(cuts), slow)
+        lane, layered, taken, held, requests = both_ways(fmt, kind, body, route, scripts, list(cuts), slow)
         assert lane == layered
         assert taken > 0, "the lane took no token: the comparison proves nothing"
+        if variant in ("plain", "strict"):  # (the others end before the call)
+            assert held > 0, "the lane took no token of the call's arguments"
         assert requests == (2 if variant == "budget" else 1)  # the budget's second engine request
 
     check()

@@ -110,6 +110,10 @@ class HarmonyEngine(Engine):
             self._marker(seg)
         self._read_again()
 
+    @property
+    def holds_args(self) -> bool:
+        return self._mode == BODY and self._kind == CALLBODY and not self.stream_arguments
+
     def take_plain(self, text: str, start: int) -> str | None:
         """Fast lane (see `Engine.take_plain`): text inside a reasoning or content body
         whose field has begun and holds no whitespace, or inside an argument string."""

@@ -259,7 +259,8 @@ class Generation:
         """`Backend.generate`'s `push_id`: one token id (an engine event with nothing else) that
         the parser's hot lane takes, the tool-call filter passes as it is and no limit stops on
         is counted as `_accept` counts it and its text goes to `text_sink` (or, where that
-        cannot write it now, its event to `sink`); any other id is declined, nothing taken
+        cannot write it now, its event to `sink`; an id the parser adds to a call's held
+        arguments sends nothing, as its empty batch would); any other id is declined, nothing taken
         (the backend then pushes it as a batch). None where the parser has no hot lane for ids,
         or stop strings are matched."""
         parser, calls = self.parser, self.calls
@@ -292,6 +293,10 @@ class Generation:
                 self._last = now
             self.completion_tokens = n + 1
             produced.append(tid)
+            if not text:  # added to a call's arguments, which go out with its end: nothing to send
+                if not self._past_reasoning:
+                    self.reasoning_tokens += 1
+                return True
             kind = parser.lane
             if not self._past_reasoning:
                 self.reasoning_tokens += 1

@@ -114,7 +114,7 @@ class MarkerLexer:
         can begin a marker), take it so and return `start`; else None, nothing taken."""
         start = self.plain_start(text)
         if start is not None:
-            self._pos = self._held_start = start + len(text)
+            self._pos = self._held_start = start + len(text)  # (`took_plain`, inline: once per token)
         return start
 
     def plain_start(self, text: str) -> int | None:
@@ -124,6 +124,10 @@ class MarkerLexer:
         if self._first_re is not None and self._first_re.search(text) is not None:
             return None
         return self._pos
+
+    def took_plain(self, start: int, text: str) -> None:
+        """`take_plain(text)` once `plain_start(text)` has returned `start`, not checked again."""
+        self._pos = self._held_start = start + len(text)
 
     def finish(self) -> list[Segment]:
         out: list[Segment] = []

@@ -280,7 +280,7 @@ class StreamParser:
         start = lexer.plain_start(text)
         if start is None or engine.take_plain(text, start) is None:
             return None
-        lexer.take_plain(text)
+        lexer.took_plain(start, text)
         self._pos += len(text)
         return ""
 

@@ -17,6 +17,11 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
+try:
+    import orjson
+except ImportError:  # pragma: no cover - the core library stays stdlib-only
+    orjson = None
+
 __all__ = ["compile_template", "render_template", "template_globals"]
 
 
@@ -30,9 +35,65 @@ def _to_json(
 ) -> str:
     """`tojson` as chat templates expect it: plain json.dumps, no HTML escaping; what a filter
     chain leaves as a generator (`tools | map(attribute='function') | tojson`, as llama.cpp's own
-    templates write it, whose Jinja makes a list of it) is the list of its items."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
-                      default=_items)
+    templates write it, whose Jinja makes a list of it) is the list of its items. An object or
+    array comes from `_JSON_CACHE` when the same one was written before (`_cache_key`)."""
+    key = _cache_key(value, ensure_ascii, indent, separators, sort_keys) if type(value) in _CACHED else None
+    if key is not None:
+        got = _JSON_CACHE.get(key)
+        if got is not None:
+            return got
+    out = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                     default=_items)
+    if key is not None:
+        global _cached_bytes
+        if _cached_bytes > _JSON_CACHE_BYTES:
+            _JSON_CACHE.clear()
+            _cached_bytes = 0
+        _JSON_CACHE[key] = out
+        _cached_bytes += len(key[0]) + len(out)
+    return out
+
+
+# tojson's output by the value's content. A team's agents send the same tools with every request,
+# and templates write each tool (or the whole list) with tojson, which is a fifth of preparing such
+# a request; the output of one seen before is looked up instead. The key is orjson's spelling of
+# the value, which tells JSON's own types apart one to one except for NaN and the infinities (it
+# writes them null, so a value whose spelling holds a null is not cached), and which refuses what
+# json.dumps might write otherwise (subclasses of the builtin types, dataclasses, dates, integers
+# beyond 64 bits, keys that are no strings, lone surrogates: not cached). A template's values come
+# from a request's JSON: none of them is one of the few types orjson writes and json.dumps refuses
+# (UUID, Enum).
+_CACHED = frozenset({dict, list})
+_INDENTS = frozenset({type(None), int, str})
+_JSON_CACHE: dict[tuple, str] = {}
+_JSON_CACHE_BYTES = 4 << 20  # emptied when its keys and outputs pass this
+_JSON_KEY_BYTES = 16 << 10  # values spelled longer are not cached
+_cached_bytes = 0
+_KEY_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+    if orjson is not None else 0
+)
+
+
+def _cache_key(value: Any, ensure_ascii: Any, indent: Any, separators: Any, sort_keys: Any) -> tuple | None:
+    """`_JSON_CACHE`'s key for writing `value` so, or None: not cached."""
+    if (
+        orjson is None
+        or not (separators is None or type(separators) is tuple)
+        or type(indent) not in _INDENTS
+        or type(ensure_ascii) is not bool
+        or type(sort_keys) is not bool
+    ):
+        return None
+    try:
+        spelled = orjson.dumps(value, option=_KEY_OPTIONS)
+        key = (spelled, ensure_ascii, indent, separators, sort_keys)
+        hash(key)
+    except TypeError:  # (orjson.JSONEncodeError is one)
+        return None
+    if len(spelled) > _JSON_KEY_BYTES or b":null" in spelled or b",null" in spelled or b"[null" in spelled:
+        return None  # (a null, or maybe NaN; or text that spells one: not cached either way)
+    return key
 
 
 def _items(value: Any) -> list:

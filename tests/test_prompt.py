@@ -11,8 +11,11 @@ import json
 import jinja2
 import pytest
 import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from models import chat_tokenizer, model_path
 
+from chatsieve.jinja_env import _JSON_CACHE, _to_json
 from chatsieve.messages import normalize_messages
 from chatsieve.prompt import (
     GEMMA4_EMPTY_THOUGHT,
@@ -269,6 +272,49 @@ def test_tojson_like_transformers():
     )
     assert _text("{{ messages[0].a | tojson(indent=2) }}", msgs) == "[\n  1,\n  2\n]"
     assert _text("{{ messages[0].content | tojson(ensure_ascii=True) }}", msgs) == '"h\\u00e9 <b>"'
+
+
+# JSON's values, and the few a request's JSON can hold that JSON text cannot say alike (NaN, the
+# infinities, integers beyond 64 bits, lone surrogates)
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.sampled_from(["", "null", "\ud800"])
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=10,
+)
+_TOJSON_OPTIONS = st.fixed_dictionaries({}, optional={
+    "indent": st.sampled_from([None, 2, "  "]), "sort_keys": st.booleans(), "ensure_ascii": st.booleans(),
+    "separators": st.sampled_from([None, (",", ":"), (", ", ": ")]),
+})
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(_JSON_VALUES, min_size=1, max_size=5), options=_TOJSON_OPTIONS)
+def test_tojson_writes_what_json_dumps_writes_the_first_time_and_again(values, options):
+    """tojson's output of an object or array seen before comes from a cache keyed by its content:
+    every value, written again (after the others), is still json.dumps's."""
+    for value in values + values:
+        assert _to_json(value, **options) == json.dumps(value, **{"ensure_ascii": False, **options})
+
+
+@pytest.mark.parametrize(("first", "then", "expected"), [
+    ({"a": None}, {"a": float("nan")}, '{"a": NaN}'),  # orjson spells NaN null: never cached
+    ([None], [float("inf")], "[Infinity]"),
+    ({"a": 1}, {"a": 1.0}, '{"a": 1.0}'),
+    ({"a": 1}, {"a": True}, '{"a": true}'),
+    ({"a": [1, 2]}, {"a": (1, 2)}, '{"a": [1, 2]}'),
+    ({"a": 2**64}, {"a": 2**64}, '{"a": 18446744073709551616}'),
+])
+def test_tojson_keeps_values_apart_that_one_spelling_could_join(first, then, expected):
+    assert _to_json(first) == json.dumps(first, ensure_ascii=False)
+    assert _to_json(then) == expected
+
+
+def test_tojson_caches_a_tool():
+    tool = {"type": "function", "function": {"name": "write_file", "parameters": {"type": "object"}}}
+    _to_json(tool)
+    assert json.dumps(tool) in _JSON_CACHE.values()
+    assert _text("{{ tools[0] | tojson }}", tools=[dict(tool)]) == json.dumps(tool)
 
 
 def test_raise_exception_becomes_prompt_error_with_the_template_message():

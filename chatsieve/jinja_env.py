@@ -17,6 +17,8 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
+from .prefix_cache import current_partition
+
 try:
     import orjson
 except ImportError:  # pragma: no cover - the core library stays stdlib-only
@@ -62,7 +64,8 @@ def _to_json(
 # json.dumps might write otherwise (subclasses of the builtin types, dataclasses, dates, integers
 # beyond 64 bits, keys that are no strings, lone surrogates: not cached). A template's values come
 # from a request's JSON: none of them is one of the few types orjson writes and json.dumps refuses
-# (UUID, Enum).
+# (UUID, Enum). Like the prefix cache, it is partitioned by the caller (`prefix_cache.partition`):
+# how fast a prompt is rendered says nothing of what another API key sent.
 _CACHED = frozenset({dict, list})
 _INDENTS = frozenset({type(None), int, str})
 _JSON_CACHE: dict[tuple, str] = {}
@@ -87,7 +90,7 @@ def _cache_key(value: Any, ensure_ascii: Any, indent: Any, separators: Any, sort
         return None
     try:
         spelled = orjson.dumps(value, option=_KEY_OPTIONS)
-        key = (spelled, ensure_ascii, indent, separators, sort_keys)
+        key = (spelled, ensure_ascii, indent, separators, sort_keys, current_partition())
         hash(key)
     except TypeError:  # (orjson.JSONEncodeError is one)
         return None

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Encoded", "PrefixCache", "configure", "encode", "partition"]
+__all__ = ["Encoded", "PrefixCache", "configure", "current_partition", "encode", "partition"]
 
 MAX_ENTRIES = 64
 MAX_TOKENS = 2_000_000  # ids kept over all entries of one tokenizer (4 bytes each, plus offsets)
@@ -58,6 +58,11 @@ def partition(name: str):  # -> Iterator[None]
         yield
     finally:
         _PARTITION.reset(token)
+
+
+def current_partition() -> str:
+    """The partition of the block this runs in ("" outside any)."""
+    return _PARTITION.get()
 
 
 class Encoded:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from models import chat_tokenizer, model_path
 
+from chatsieve import prefix_cache
 from chatsieve.jinja_env import _JSON_CACHE, _to_json
 from chatsieve.messages import normalize_messages
 from chatsieve.prompt import (
@@ -315,6 +316,15 @@ def test_tojson_caches_a_tool():
     _to_json(tool)
     assert json.dumps(tool) in _JSON_CACHE.values()
     assert _text("{{ tools[0] | tojson }}", tools=[dict(tool)]) == json.dumps(tool)
+
+
+def test_tojson_caches_per_caller():
+    """The cache is partitioned as the prefix cache is: one caller's tools are never another's hit."""
+    tool = {"type": "function", "function": {"name": "per_caller_probe"}}
+    for caller in ("key-a", "key-b", "key-a"):
+        with prefix_cache.partition(caller):
+            assert _to_json(tool) == json.dumps(tool)
+    assert sorted(k[-1] for k in _JSON_CACHE if json.loads(k[0]) == tool) == ["key-a", "key-b"]
 
 
 def test_raise_exception_becomes_prompt_error_with_the_template_message():

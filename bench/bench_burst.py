@@ -289,9 +289,9 @@ async def _spread(port: int, bodies: list[bytes], keys: list[str], server_pid: i
 
 
 # The phases `split_timeline` reports, between the stamps of bench/timeline/sitecustomize.py and
-# the client's: sent, prepare entered, thread began, thread ended, prepare returned, stream
+# the client's: sent, prepare entered, preparation began, ended, prepare returned, stream
 # began, first output arrived.
-TIMELINE = ("intake (HTTP, body, parse)", "waiting for a preparation thread", "preparation (GIL shared)",
+TIMELINE = ("intake (HTTP, body, parse)", "waiting for a preparation thread or the loop's turn", "preparation",
             "back on the loop", "to the stream", "to the first output (engine, parse, write)")
 
 
@@ -299,11 +299,12 @@ def split_timeline(prefix: str, responses: list[Response], served: list[float]) 
     """The mean ms of each TIMELINE phase over the burst's requests, and over its slowest tenth
     (by time to first token): its requests' stamps are read from the server's files (and removed),
     and matched to the responses by their x-request-id."""
-    stamps = {}
+    stamps, on_loop = {}, 0
     for path in Path(prefix).parent.glob(Path(prefix).name + ".*"):
         for line in path.read_text().splitlines():
             got = json.loads(line)
             stamps[got["id"]] = got["stamps"]
+            on_loop += got["loop"]
         path.unlink()
     rows = []
     for r, ttft in zip(responses, served, strict=True):
@@ -317,7 +318,8 @@ def split_timeline(prefix: str, responses: list[Response], served: list[float]) 
     rows.sort()
     slow = rows[-max(len(rows) // 10, 1):]
     return "; ".join(f"{name} {sum(p[k] for _, p in rows) / len(rows):.1f} / {sum(p[k] for _, p in slow) / len(slow):.1f}"
-                     for k, name in enumerate(TIMELINE)) + " (ms: mean / mean of the slowest tenth)"
+                     for k, name in enumerate(TIMELINE)) + (f" (ms: mean / mean of the slowest tenth); {on_loop} of "
+                                                            f"{len(stamps)} prepared on the event loop")
 
 
 def _row(row) -> str:

@@ -19,6 +19,11 @@ A burst of prompts that share a long beginning (a team's agents: one system prom
 tools) would all miss the cache if they were encoded at once, before the first had filled it. So
 an encode that finds a prompt of its partition being encoded that shares more with it than the
 cache holds waits for that one (`_Flight`) and then reuses it: the shared part is tokenized once.
+
+Inside `on_event_loop(n)` an encode never waits: one that would tokenize more than `n` characters,
+or wait for a prompt being encoded, raises `WouldBlock` before it tokenizes anything, and the caller
+does the work in a worker thread instead (the server prepares a request whose prompt is mostly
+cached on its event loop, without the thread's hand-offs).
 """
 
 from __future__ import annotations
@@ -35,7 +40,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Encoded", "PrefixCache", "configure", "current_partition", "encode", "partition"]
+__all__ = [
+    "Encoded", "PrefixCache", "WouldBlock", "check_event_loop", "configure", "current_partition", "encode",
+    "on_event_loop", "partition",
+]
 
 MAX_ENTRIES = 64
 MAX_TOKENS = 2_000_000  # ids kept over all entries of one tokenizer (4 bytes each, plus offsets)
@@ -63,6 +71,32 @@ def partition(name: str):  # -> Iterator[None]
 def current_partition() -> str:
     """The partition of the block this runs in ("" outside any)."""
     return _PARTITION.get()
+
+
+class WouldBlock(Exception):
+    """Inside `on_event_loop`: this encode would tokenize too much, or wait for another thread's."""
+
+
+_LOOP_CHARS: contextvars.ContextVar[int | None] = contextvars.ContextVar("chatsieve_loop_chars", default=None)
+
+
+@contextlib.contextmanager
+def on_event_loop(max_chars: int):  # -> Iterator[None]
+    """Inside this block, tokenizing more than `max_chars` characters at once, or waiting for a
+    prompt another thread is encoding, raises `WouldBlock` instead, before tokenizing."""
+    token = _LOOP_CHARS.set(max_chars)
+    try:
+        yield
+    finally:
+        _LOOP_CHARS.reset(token)
+
+
+def check_event_loop(chars: int) -> None:
+    """WouldBlock if tokenizing `chars` characters is too much for the `on_event_loop` block this
+    runs in (nothing outside one)."""
+    limit = _LOOP_CHARS.get()
+    if limit is not None and chars > limit:
+        raise WouldBlock(f"{chars} characters to tokenize, more than {limit} on the event loop")
 
 
 class Encoded:
@@ -140,13 +174,20 @@ class PrefixCache:
     def encode(self, text: str) -> Encoded:
         """The encoding of `text` (add_special_tokens=False), the same as one whole encode."""
         if not self._cut_ids or self.max_entries <= 0 or self.max_tokens <= 0:
+            check_event_loop(len(text))
             return self._whole(text, keep=False)
         part = _PARTITION.get()
+        on_loop = _LOOP_CHARS.get() is not None
         waited = 0.0
         while True:
             with self._lock:
                 best = self._longest(text, part)
-                ahead = self._ahead(text, part, best[0].cuts[best[1]] if best is not None else 0)
+                cached = best[0].cuts[best[1]] if best is not None else 0
+                ahead = self._ahead(text, part, cached)
+                if on_loop:  # never wait, nor tokenize much, here: raise before a flight is registered
+                    if ahead is not None:
+                        raise WouldBlock("a prompt sharing this one's beginning is being encoded")
+                    check_event_loop(len(text) - cached)
                 if ahead is None or waited >= FLIGHT_WAIT:
                     flight = _Flight(part, text)
                     self._flights.append(flight)
@@ -175,6 +216,7 @@ class PrefixCache:
             enc = self._hf.encode_batch([token + rest], add_special_tokens=False)[0]
             shift = cut - len(token)
             if not enc.ids or self._cut_ids.get(enc.ids[0]) != token or enc.offsets[0] != (0, len(token)):
+                check_event_loop(len(text))
                 return self._whole(text, keep=True, part=part)  # not as the argument above says: never guess
             tail = enc.ids[1:]
             ids.extend(tail)

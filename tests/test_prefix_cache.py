@@ -244,3 +244,48 @@ def test_a_burst_tokenizes_its_shared_prefix_once():
         assert ids == tok.hf.encode(texts[k % len(texts)], add_special_tokens=False).ids
     assert cache.hits == len(texts) - 1, "the team's shared prefix was encoded more than once"
     assert len([e for e in cache._entries.values() if e.partition == "other"]) == 1
+
+
+def test_on_the_event_loop_an_encode_tokenizes_little_and_never_waits():
+    """Inside `on_event_loop(n)`: an encode whose uncached rest is at most n characters is exact
+    (and reuses the cache); a longer one, or one that would wait for a prompt being encoded,
+    raises WouldBlock and leaves no flight behind; outside the block the same encodes run."""
+    tok = tokenizer("qwen3")
+    cache = PrefixCache(tok.hf)
+    limit = 200
+    system = f"<|im_start|>system\n{FILLER * 4}<|im_end|>\n<|im_start|>user\n"
+    first = system + "first task<|im_end|>\n<|im_start|>assistant\n"
+    with prefix_cache.on_event_loop(limit):
+        with pytest.raises(prefix_cache.WouldBlock):
+            cache.encode(first)  # nothing cached: all of it to tokenize
+        assert not cache._flights and not cache._entries
+        _check(cache, tok, "<|im_start|>user\nshort<|im_end|>\n")  # short enough whole
+    _check(cache, tok, first)  # in a thread, as the server then does
+    hits = cache.hits
+    with prefix_cache.on_event_loop(limit):
+        _check(cache, tok, system + "second task<|im_end|>\n<|im_start|>assistant\n")  # the rest is short
+        assert cache.hits == hits + 1
+        with pytest.raises(prefix_cache.WouldBlock):
+            cache.encode(system + "x" * (limit + 1))
+        assert not cache._flights
+        # a prompt sharing a long beginning is being encoded (by another thread): no waiting here
+        other = f"<|im_start|>system\n{FILLER * 8}"
+        cache._flights.append(prefix_cache._Flight("", other))
+        with pytest.raises(prefix_cache.WouldBlock):
+            cache.encode(other + "<|im_end|>\n")
+        cache._flights.clear()
+    uncached = PrefixCache(tok.hf, max_entries=0)
+    with prefix_cache.on_event_loop(limit), pytest.raises(prefix_cache.WouldBlock):
+        uncached.encode(first)
+    _check(uncached, tok, first)
+
+
+def test_on_the_event_loop_a_long_prompt_is_not_counted_in_pieces():
+    """truncation.min_tokens encodes a very long text piece by piece: not on the event loop."""
+    from chatsieve.prompt.truncation import min_tokens
+
+    tok = tokenizer("qwen3")
+    text = "word " * 40_000
+    with prefix_cache.on_event_loop(2048), pytest.raises(prefix_cache.WouldBlock):
+        min_tokens(tok, text, 1000)
+    assert min_tokens(tok, text, 1000) > 1000

@@ -1,6 +1,7 @@
 """How `ChatService.prepare` runs preparations: in threads of its own (at most two at once, in the
 order the requests came), each request handed to one at once, with `max_concurrent_prompts`
-slots bounding how many are admitted."""
+slots bounding how many are admitted; a small request whose prompt is mostly cached on the event
+loop instead, one at a time with a loop turn between two."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from types import SimpleNamespace
 
 from models import model_path, tokenizer
 
+from chatsieve import render_prompt
 from chatsieve.protocols.common import ChatRequest, RequestError
 from chatsieve.server.config import ServerConfig
-from chatsieve.server.service import PREPARATION_THREADS, ChatService
+from chatsieve.server.service import LOOP_TOKENIZE_CHARS, PREPARATION_THREADS, ChatService
 
 
 def _service(**kw) -> ChatService:
@@ -100,3 +102,89 @@ def test_a_free_slot_is_taken_without_letting_later_requests_go_first():
 
     asyncio.run(main())
     assert order[:2] == ["parse a", "handed over"], order
+
+
+def _counting_threads(service: ChatService) -> list[str]:
+    """The models of the requests handed to a preparation thread, as they are handed over."""
+    handed: list[str] = []
+    submit = service._preparers.submit
+
+    def counted(fn, *args):
+        handed.append("thread")
+        return submit(fn, *args)
+
+    service._preparers.submit = counted
+    return handed
+
+
+def test_a_small_request_whose_prompt_is_cached_is_prepared_on_the_event_loop():
+    """An agent's second request (same system prompt, a new turn) is prepared on the loop, with the
+    ids a thread gives; its first (nothing cached), a large body's and a long new turn's in a thread."""
+    service = _service()
+    system = "You are a careful coding agent. " * 200  # far more than the loop tokenizes
+    assert len(system) > 2 * LOOP_TOKENIZE_CHARS
+
+    def request(turn: str) -> ChatRequest:
+        return ChatRequest(messages=[{"role": "system", "content": system}, {"role": "user", "content": turn}],
+                           stream=True)
+
+    async def main() -> None:
+        await service.start()
+        handed = _counting_threads(service)
+        try:
+            cases = [("first task", True, 1), ("second task", True, 0), ("third task", False, 1),
+                     ("a long turn " * 200, True, 1), ("fourth task", True, 0)]
+            for turn, small, threads in cases:
+                before = len(handed)
+                gen = await service.prepare(request(turn), "team", small=small)
+                assert len(handed) - before == threads, (turn[:20], small)
+                want = render_prompt(request(turn).messages, tokenizer=tokenizer("qwen3"), format="qwen3")
+                assert gen.request.prompt_token_ids == want.token_ids
+        finally:
+            await service.stop()
+
+    asyncio.run(main())
+    assert service._preparing.value == service.config.max_concurrent_prompts
+
+
+def test_preparations_on_the_loop_take_turns_with_it():
+    """Small requests prepared on the loop at once: each after a loop turn since the one before
+    (another task runs between any two), in the order they came; a refusal is a RequestError and
+    gives its slot back."""
+    service = _service()
+    ticks = [0]
+    seen: list[tuple[str, int]] = []
+
+    def prepare(req: ChatRequest):
+        seen.append((req.model, ticks[0]))
+        if req.model == "refused":
+            raise RequestError("no")
+        return SimpleNamespace(prompt_tokens=1, model=req.model)
+
+    service._prepare = prepare
+
+    async def ticker() -> None:
+        while True:
+            ticks[0] += 1
+            await asyncio.sleep(0)
+
+    async def main() -> list:
+        await service.start()
+        handed = _counting_threads(service)
+        tick = asyncio.create_task(ticker())
+        try:
+            names = [str(k) for k in range(5)] + ["refused"]
+            got = await asyncio.gather(*(service.prepare(ChatRequest(messages=[], model=n), small=True)
+                                         for n in names), return_exceptions=True)
+            assert not handed, "a small request went to a thread"
+            return got
+        finally:
+            tick.cancel()
+            await service.stop()
+
+    got = asyncio.run(main())
+    assert [g.model for g in got[:-1]] == [str(k) for k in range(5)] and isinstance(got[-1], RequestError)
+    assert [name for name, _ in seen] == [str(k) for k in range(5)] + ["refused"]
+    at = [tick for _, tick in seen]
+    assert all(b > a for a, b in zip(at, at[1:])), f"two preparations in one loop turn: {at}"
+    assert service._preparing.value == service.config.max_concurrent_prompts

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..prefix_cache import check_event_loop
 from ..tokenizer import Tokenizer
 
 # Piecewise counting (below): pieces of about this many characters, cut before a space; each cut
@@ -34,6 +35,7 @@ def min_tokens(tok: Tokenizer, text: str, limit: int) -> int:
         end = text.find(" ", start + _COUNT_PIECE)
         end = len(text) if end < 0 else end
         piece = text[start:end]
+        check_event_loop(len(piece))
         counted += len(tok.hf.encode_batch([piece], add_special_tokens=False)[0].ids)
         counted -= _CUT_SLACK if end < len(text) else 0
         if counted > limit:

@@ -111,7 +111,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
                 parsed = parse_body(raw, parse, service.limits)
             held.append(parsed)
             service.check_model(parsed.chat.model)
-            gen = await service.prepare(parsed.chat, caller_of(request.scope).id)
+            gen = await service.prepare(parsed.chat, caller_of(request.scope).id, small=not off_loop)
             gen.request_id = rid
         except RequestError as e:
             if e.code == "too_deeply_nested":

@@ -4,6 +4,7 @@ each request's preparation (prompt, parser, engine request) into a `Generation`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import sys
@@ -52,6 +53,9 @@ log = logging.getLogger("chatsieve.server")
 # preparation of a burst then ends later (all of them about when the last one does, instead of one
 # after another). Requests beyond these wait in order, holding a `max_concurrent_prompts` slot.
 PREPARATION_THREADS = 2
+# A small request is prepared on the event loop when its prompt needs at most this many characters
+# tokenized (the rest is the prefix cache's): about a millisecond's work at worst.
+LOOP_TOKENIZE_CHARS = 2048
 # A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
 # the renderings, encodings and copies it used are many times the request's size.
 TRIM_AFTER_TOKENS = 50_000
@@ -144,6 +148,7 @@ class ChatService:
         fix_mmap_threshold()
         sys.setswitchinterval(SWITCH_INTERVAL)
         self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
+        self._loop_turn = asyncio.Lock()
         self._preparers = ThreadPoolExecutor(
             max_workers=min(self.config.max_concurrent_prompts, PREPARATION_THREADS),
             thread_name_prefix="chatsieve-prepare",
@@ -251,7 +256,7 @@ class ChatService:
 
     # ------------------------------------------------------------ one request
 
-    async def prepare(self, req: ChatRequest, partition: str = "") -> Generation:
+    async def prepare(self, req: ChatRequest, partition: str = "", *, small: bool = False) -> Generation:
         """Render the prompt and set up parser and backend request; RequestError on bad input.
         `partition` (the caller's id) is the prompt cache's: a prompt reuses only prefixes that
         prompts of the same partition left (`prefix_cache.partition`).
@@ -261,6 +266,14 @@ class ChatService:
         `max_concurrent_prompts` are prepared at once: a request that finds no free slot within
         `prompt_queue_timeout` seconds is a 503 (each preparation holds several copies of its
         prompt in memory).
+
+        A `small` request (its body was parsed on the event loop) is prepared on the event loop
+        instead, one at a time with a loop turn between two, unless its prompt needs more than
+        LOOP_TOKENIZE_CHARS characters tokenized (the cache did not hold the rest of it) or waits for
+        another's (`prefix_cache.on_event_loop`): then it is prepared again in a thread. An agent's
+        request, whose system prompt and tools the cache holds, so costs the loop about a millisecond
+        of the interpreter it would take from it in a thread anyway, without the hand-offs there and
+        back (half of a burst's time to first token was the wait for one of the two threads).
         """
         assert self._preparing is not None, "ChatService.start() was not awaited"
         acquired = False
@@ -279,7 +292,9 @@ class ChatService:
             )
         try:
             try:
-                gen = await refusable(_in_partition, partition, self._prepare, req, executor=self._preparers)
+                gen = await self._on_loop(req, partition) if small else None
+                if gen is None:
+                    gen = await refusable(_in_partition, partition, self._prepare, req, executor=self._preparers)
             except RequestError as e:
                 observe_refusal(self.metrics, e.code)
                 raise
@@ -288,6 +303,16 @@ class ChatService:
             return gen
         finally:
             self._preparing.release()
+
+    async def _on_loop(self, req: ChatRequest, partition: str) -> Generation | None:
+        """`req` prepared on the event loop, or None where that would tokenize too much (`prepare`)."""
+        async with self._loop_turn:
+            await asyncio.sleep(0)  # a loop turn (the engines' and clients' sockets read) since the last one
+            try:
+                with prefix_cache.on_event_loop(LOOP_TOKENIZE_CHARS):
+                    return _in_partition(partition, self._prepare, req)
+            except prefix_cache.WouldBlock:
+                return None
 
     def _prepare(self, req: ChatRequest) -> Generation:
         check_vocabulary_bounds(req, self.vocab_size)

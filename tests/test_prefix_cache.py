@@ -289,3 +289,17 @@ def test_on_the_event_loop_a_long_prompt_is_not_counted_in_pieces():
     with prefix_cache.on_event_loop(2048), pytest.raises(prefix_cache.WouldBlock):
         min_tokens(tok, text, 1000)
     assert min_tokens(tok, text, 1000) > 1000
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(a=st.text(st.one_of(st.characters(), st.sampled_from("\ud800\udbff\udc00\udfff\ue000\uffff"))),
+       b=st.text(st.one_of(st.characters(), st.sampled_from("\ud800\udbff\udc00\udfff\ue000\uffff"))))
+def test_buckets_sort_by_bytes_as_by_characters(a, b):
+    """A bucket is sorted by its texts' UTF-8 (fast to compare at any string width): the same
+    order as the texts', lone surrogates included."""
+    from chatsieve.prefix_cache import _order
+
+    shared = "共有 🌦️ prefix " * 3
+    for x, y in ((a, b), (shared + a, shared + b)):
+        assert (x < y) == (_order(x) < _order(y))
+        assert (x == y) == (_order(x) == _order(y))

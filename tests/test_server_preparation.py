@@ -1,20 +1,23 @@
 """How `ChatService.prepare` runs preparations: in threads of its own (at most two at once, in the
 order the requests came), each request handed to one at once, with `max_concurrent_prompts`
 slots bounding how many are admitted; a small request whose prompt is mostly cached on the event
-loop instead, one at a time with a loop turn between two."""
+loop instead, in the order they came, in slices with a loop turn between two."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
+import traceback
 from types import SimpleNamespace
 
+import pytest
 from models import model_path, tokenizer
 
 from chatsieve import render_prompt
 from chatsieve.protocols.common import ChatRequest, RequestError
 from chatsieve.server.config import ServerConfig
-from chatsieve.server.service import LOOP_TOKENIZE_CHARS, PREPARATION_THREADS, ChatService
+from chatsieve.server.service import LOOP_SLICE, LOOP_TOKENIZE_CHARS, PREPARATION_THREADS, ChatService
 
 
 def _service(**kw) -> ChatService:
@@ -147,16 +150,20 @@ def test_a_small_request_whose_prompt_is_cached_is_prepared_on_the_event_loop():
     assert service._preparing.value == service.config.max_concurrent_prompts
 
 
-def test_preparations_on_the_loop_take_turns_with_it():
-    """Small requests prepared on the loop at once: each after a loop turn since the one before
-    (another task runs between any two), in the order they came; a refusal is a RequestError and
-    gives its slot back."""
+@pytest.mark.parametrize("slow", [False, True])
+def test_preparations_on_the_loop_come_in_order_in_slices(slow):
+    """Small requests prepared on the loop at once: in the order they came, back to back while a
+    slice lasts (quick ones share loop turns), and a loop turn (another task runs) after each slice
+    (slow ones: one per turn); a refusal is a RequestError without the preparer's frames, and every
+    slot is given back."""
     service = _service()
     ticks = [0]
     seen: list[tuple[str, int]] = []
 
     def prepare(req: ChatRequest):
         seen.append((req.model, ticks[0]))
+        if slow:
+            time.sleep(LOOP_SLICE)
         if req.model == "refused":
             raise RequestError("no")
         return SimpleNamespace(prompt_tokens=1, model=req.model)
@@ -173,7 +180,7 @@ def test_preparations_on_the_loop_take_turns_with_it():
         handed = _counting_threads(service)
         tick = asyncio.create_task(ticker())
         try:
-            names = [str(k) for k in range(5)] + ["refused"]
+            names = [str(k) for k in range(20)] + ["refused"]
             got = await asyncio.gather(*(service.prepare(ChatRequest(messages=[], model=n), small=True)
                                          for n in names), return_exceptions=True)
             assert not handed, "a small request went to a thread"
@@ -183,8 +190,40 @@ def test_preparations_on_the_loop_take_turns_with_it():
             await service.stop()
 
     got = asyncio.run(main())
-    assert [g.model for g in got[:-1]] == [str(k) for k in range(5)] and isinstance(got[-1], RequestError)
-    assert [name for name, _ in seen] == [str(k) for k in range(5)] + ["refused"]
+    assert [g.model for g in got[:-1]] == [str(k) for k in range(20)] and isinstance(got[-1], RequestError)
+    assert got[-1].__traceback__ is None or all(
+        "_prepare_queued" not in str(f) for f in traceback.extract_tb(got[-1].__traceback__))
+    assert [name for name, _ in seen] == [str(k) for k in range(20)] + ["refused"]
     at = [tick for _, tick in seen]
-    assert all(b > a for a, b in zip(at, at[1:])), f"two preparations in one loop turn: {at}"
+    assert at == sorted(at)
+    if slow:
+        assert all(b > a for a, b in zip(at, at[1:])), f"two slow preparations in one slice: {at}"
+    else:
+        assert len(set(at)) < len(at), f"every quick preparation had a loop turn of its own: {at}"
+    assert service._preparing.value == service.config.max_concurrent_prompts
+
+
+def test_a_request_cancelled_while_queued_on_the_loop_is_not_prepared():
+    service = _service()
+    seen: list[str] = []
+
+    def prepare(req: ChatRequest):
+        seen.append(req.model)
+        return SimpleNamespace(prompt_tokens=1, model=req.model)
+
+    service._prepare = prepare
+
+    async def main() -> None:
+        await service.start()
+        try:
+            tasks = [asyncio.create_task(service.prepare(ChatRequest(messages=[], model=n), small=True)) for n in "abc"]
+            await asyncio.sleep(0)  # all three queued, none prepared yet
+            tasks[1].cancel()
+            done = await asyncio.gather(*tasks, return_exceptions=True)
+            assert isinstance(done[1], asyncio.CancelledError) and [d.model for d in (done[0], done[2])] == ["a", "c"]
+        finally:
+            await service.stop()
+
+    asyncio.run(main())
+    assert seen == ["a", "c"]
     assert service._preparing.value == service.config.max_concurrent_prompts

@@ -5,6 +5,7 @@ each request's preparation (prompt, parser, engine request) into a `Generation`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 import sys
@@ -56,6 +57,9 @@ PREPARATION_THREADS = 2
 # A small request is prepared on the event loop when its prompt needs at most this many characters
 # tokenized (the rest is the prefix cache's): about a millisecond's work at worst.
 LOOP_TOKENIZE_CHARS = 2048
+# ... back to back for up to this many seconds at a time (as long as the GIL stays with a thread before
+# it is asked for it back, at the interpreter's default switch interval)
+LOOP_SLICE = 0.005
 # A preparation this long (in prompt tokens) returns the freed heap to the system afterwards:
 # the renderings, encodings and copies it used are many times the request's size.
 TRIM_AFTER_TOKENS = 50_000
@@ -148,7 +152,8 @@ class ChatService:
         fix_mmap_threshold()
         sys.setswitchinterval(SWITCH_INTERVAL)
         self._preparing = anyio.Semaphore(self.config.max_concurrent_prompts)
-        self._loop_turn = asyncio.Lock()
+        self._loop_queue: collections.deque[tuple[ChatRequest, str, asyncio.Future]] = collections.deque()
+        self._loop_preparer: asyncio.Task | None = None
         self._preparers = ThreadPoolExecutor(
             max_workers=min(self.config.max_concurrent_prompts, PREPARATION_THREADS),
             thread_name_prefix="chatsieve-prepare",
@@ -268,7 +273,8 @@ class ChatService:
         prompt in memory).
 
         A `small` request (its body was parsed on the event loop) is prepared on the event loop
-        instead, one at a time with a loop turn between two, unless its prompt needs more than
+        instead, in the order they came, back to back for up to LOOP_SLICE seconds with a loop turn
+        between two slices (`_prepare_queued`), unless its prompt needs more than
         LOOP_TOKENIZE_CHARS characters tokenized (the cache did not hold the rest of it) or waits for
         another's (`prefix_cache.on_event_loop`): then it is prepared again in a thread. An agent's
         request, whose system prompt and tools the cache holds, so costs the loop about a millisecond
@@ -305,14 +311,44 @@ class ChatService:
             self._preparing.release()
 
     async def _on_loop(self, req: ChatRequest, partition: str) -> Generation | None:
-        """`req` prepared on the event loop, or None where that would tokenize too much (`prepare`)."""
-        async with self._loop_turn:
-            await asyncio.sleep(0)  # a loop turn (the engines' and clients' sockets read) since the last one
-            try:
-                with prefix_cache.on_event_loop(LOOP_TOKENIZE_CHARS):
-                    return _in_partition(partition, self._prepare, req)
-            except prefix_cache.WouldBlock:
-                return None
+        """`req` prepared on the event loop, or None where that would tokenize too much (`prepare`):
+        queued, and prepared in its turn by `_prepare_queued`."""
+        future = asyncio.get_running_loop().create_future()
+        self._loop_queue.append((req, partition, future))
+        if self._loop_preparer is None:
+            self._loop_preparer = asyncio.create_task(self._prepare_queued())
+        return await future
+
+    async def _prepare_queued(self) -> None:
+        """Prepare the queued requests in the order they came, back to back for up to LOOP_SLICE
+        seconds at a time, with a loop turn (the engines' and clients' sockets read, the answers
+        streaming) before each slice: a burst's requests are prepared before the answers already
+        streaming get on (which only the slowest requests' time to first token would pay for)."""
+        queue = self._loop_queue
+        try:
+            while queue:
+                await asyncio.sleep(0)
+                ends = time.perf_counter() + LOOP_SLICE
+                while queue and time.perf_counter() < ends:
+                    req, partition, future = queue.popleft()
+                    if future.done():  # its request was cancelled meanwhile
+                        continue
+                    try:
+                        with prefix_cache.on_event_loop(LOOP_TOKENIZE_CHARS):
+                            future.set_result(_in_partition(partition, self._prepare, req))
+                    except prefix_cache.WouldBlock:
+                        future.set_result(None)
+                    except RequestError as e:  # raised where it is awaited, without this frame (as `refusable`)
+                        e.__traceback__ = e.__context__ = e.__cause__ = None
+                        future.set_exception(e)
+                    except Exception as e:
+                        future.set_exception(e)
+                    del future
+        finally:
+            self._loop_preparer = None
+            for _, _, future in queue:  # (cancelled: the server is stopping)
+                future.cancel()
+            queue.clear()
 
     def _prepare(self, req: ChatRequest) -> Generation:
         check_vocabulary_bounds(req, self.vocab_size)

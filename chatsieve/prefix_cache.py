@@ -138,7 +138,7 @@ class _Flight:
 @dataclass
 class _Entry:
     text: str
-    order: bytes  # `_order(text)`: what a bucket is sorted by
+    order: bytes  # `_order(text)`, what a bucket is sorted by: the text again, as UTF-8
     ids: array  # 'I'
     offsets: array  # 'I', flattened
     cuts: list[int]  # character positions right after a cut token, ascending

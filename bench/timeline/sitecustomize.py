@@ -5,8 +5,9 @@ That bench puts this directory first on the server's PYTHONPATH, so every proces
 wraps three of the server's functions and appends one JSON line per streamed request to
 `$CHATSIEVE_BENCH_TIMELINE.<pid>`: the request id and the CLOCK_MONOTONIC times at which the request
 entered `ChatService.prepare` (its body read and parsed), its preparation began and ended (in a
-thread, or on the event loop: `loop`), `prepare` returned on the event loop, and its stream began. The writes cost the server a little
-CPU: compare runs with it against runs with it, not against runs without.
+thread, or on the event loop: `loop`), `prepare` returned on the event loop, and its stream
+began. The writes cost the server a little CPU: compare runs with it against runs with it, not
+against runs without.
 """
 
 from __future__ import annotations

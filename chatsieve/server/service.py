@@ -322,8 +322,8 @@ class ChatService:
     async def _prepare_queued(self) -> None:
         """Prepare the queued requests in the order they came, back to back for up to LOOP_SLICE
         seconds at a time, with a loop turn (the engines' and clients' sockets read, the answers
-        streaming) before each slice: a burst's requests are prepared before the answers already
-        streaming get on (which only the slowest requests' time to first token would pay for)."""
+        streaming) before each slice: a burst's preparations are not each held up by the answers
+        already streaming, whose events wait at most one slice."""
         queue = self._loop_queue
         try:
             while queue:

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 MAX_ENTRIES = 64
-MAX_TOKENS = 2_000_000  # ids kept over all entries of one tokenizer (4 bytes each, plus offsets)
+MAX_TOKENS = 2_000_000  # ids kept over all entries of one tokenizer (4 bytes each, offsets 8, and the text twice)
 MIN_TOKENS = 256  # a prompt shorter than this is encoded whole and not kept
 _BUCKET_CHARS = 256  # entries are grouped by their first characters (a system prompt's start)
 # An encode waits for a prompt being encoded only when that shares this many more characters with

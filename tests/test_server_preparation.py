@@ -70,6 +70,17 @@ def test_preparations_run_in_their_own_threads_in_order_two_at_a_time():
     assert service._preparing.value == 8, "a slot was not given back"
 
 
+def _log_handovers(service: ChatService, log: list[str]) -> None:
+    """Append "handed over" to `log` each time a preparation is handed to a thread."""
+    submit = service._preparers.submit
+
+    def handed(fn, *args):
+        log.append("handed over")
+        return submit(fn, *args)
+
+    service._preparers.submit = handed
+
+
 def test_a_free_slot_is_taken_without_letting_later_requests_go_first():
     """The first request's preparation is handed to a thread before a request created after it
     has been parsed: no checkpoint between the two (one would put it behind all of them)."""
@@ -88,13 +99,7 @@ def test_a_free_slot_is_taken_without_letting_later_requests_go_first():
 
     async def main() -> None:
         await service.start()
-        submit = service._preparers.submit
-
-        def handed(fn, *args):
-            order.append("handed over")
-            return submit(fn, *args)
-
-        service._preparers.submit = handed
+        _log_handovers(service, order)
         try:
             first = asyncio.create_task(request("a"))
             await asyncio.sleep(0)  # "a" runs up to its thread's future
@@ -105,19 +110,6 @@ def test_a_free_slot_is_taken_without_letting_later_requests_go_first():
 
     asyncio.run(main())
     assert order[:2] == ["parse a", "handed over"], order
-
-
-def _counting_threads(service: ChatService) -> list[str]:
-    """The models of the requests handed to a preparation thread, as they are handed over."""
-    handed: list[str] = []
-    submit = service._preparers.submit
-
-    def counted(fn, *args):
-        handed.append("thread")
-        return submit(fn, *args)
-
-    service._preparers.submit = counted
-    return handed
 
 
 def test_a_small_request_whose_prompt_is_cached_is_prepared_on_the_event_loop():
@@ -133,7 +125,8 @@ def test_a_small_request_whose_prompt_is_cached_is_prepared_on_the_event_loop():
 
     async def main() -> None:
         await service.start()
-        handed = _counting_threads(service)
+        handed: list[str] = []
+        _log_handovers(service, handed)
         try:
             cases = [("first task", True, 1), ("second task", True, 0), ("third task", False, 1),
                      ("a long turn " * 200, True, 1), ("fourth task", True, 0)]
@@ -177,7 +170,8 @@ def test_preparations_on_the_loop_come_in_order_in_slices(slow):
 
     async def main() -> list:
         await service.start()
-        handed = _counting_threads(service)
+        handed: list[str] = []
+        _log_handovers(service, handed)
         tick = asyncio.create_task(ticker())
         try:
             names = [str(k) for k in range(20)] + ["refused"]

@@ -293,15 +293,13 @@ class Generation:
                 self._last = now
             self.completion_tokens = n + 1
             produced.append(tid)
-            if not text:  # added to a call's arguments, which go out with its end: nothing to send
-                if not self._past_reasoning:
-                    self.reasoning_tokens += 1
-                return True
-            kind = parser.lane
             if not self._past_reasoning:
                 self.reasoning_tokens += 1
-                if kind == "content":
-                    self._past_reasoning = True
+            if not text:  # added to a call's arguments, which go out with its end: nothing to send
+                return True
+            kind = parser.lane
+            if kind == "content":
+                self._past_reasoning = True
             if passes(kind):
                 if not text_sink(kind, text):
                     sink([_DELTA[kind](text)])

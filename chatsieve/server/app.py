@@ -76,9 +76,10 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     ) -> tuple[ParsedRequest, Generation] | Response:
         """The request parsed by `parse`, its model checked and its generation prepared; or the
         error response, in the protocol's shape. A body over OFF_LOOP_BYTES, or any body when
-        `parse` blocks (it reads the response store), is decoded and parsed in a worker thread,
-        and a large one without cyclic garbage collection meanwhile (`no_cycle_collection`);
-        bodies over BIG_BODY_BYTES take turns (`ChatService.big_bodies`).
+        `parse` blocks (it reads the response store), is decoded and parsed in a worker thread;
+        no request is parsed or prepared with cyclic garbage collection running (`no_cycle_collection`:
+        it would walk every request in preparation, stopping them all); bodies over BIG_BODY_BYTES take
+        turns (`ChatService.big_bodies`).
         The parsed request comes back without its messages (they were for the prompt, and are not
         held while the answer is generated: a large one is let go of in a worker thread); its
         `after_prepare` then runs in a worker thread, even if the request was cancelled."""
@@ -87,7 +88,7 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
         big = len(raw) > BIG_BODY_BYTES and service.big_bodies is not None
         held: list[ParsedRequest] = []
         async with service.big_bodies if big else contextlib.nullcontext():
-            with no_cycle_collection() if large else contextlib.nullcontext():
+            with no_cycle_collection(large):
                 try:
                     return await _prepared(request, protocol, parse, blocking or large, raw, held)
                 finally:

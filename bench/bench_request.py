@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import sys
 import threading
@@ -197,12 +198,25 @@ async def run(args) -> None:
         main.enable()
     for k in split:
         split[k] = 0.0
+    collections = [0, 0.0, 0.0]  # cyclic collections in the timed requests: count, seconds, the longest
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            on_gc.began = time.perf_counter()
+        else:
+            took = time.perf_counter() - on_gc.began
+            collections[0] += 1
+            collections[1] += took
+            collections[2] = max(collections[2], took)
+
+    gc.callbacks.append(on_gc)
     done = 0
     while done < args.requests:
         n = min(args.at_once, args.requests - done)
         await one_batch(n)
         done += n
     cpu = split["total"]
+    gc.callbacks.remove(on_gc)
     if args.profile:
         main.disable()
         import pstats
@@ -217,7 +231,9 @@ async def run(args) -> None:
           f"{cpu * 1e3 / args.requests:.3f} ms CPU per request: on the event loop, until the engine request is "
           f"sent {split['intake'] * 1e3 / args.requests:.3f}, from the engine's answer to the end "
           f"{split['answer'] * 1e3 / args.requests:.3f}; other threads (the preparation) "
-          f"{split['threads'] * 1e3 / args.requests:.3f}")
+          f"{split['threads'] * 1e3 / args.requests:.3f}; cyclic garbage collection "
+          f"{collections[1] * 1e3 / args.requests:.3f} ({collections[0]} collections, the longest "
+          f"{collections[2] * 1e3:.1f} ms)")
     await service.stop()
 
 

@@ -8,7 +8,10 @@ at once, on connections opened beforehand, to `chatsieve serve` in front of a st
 sends N requests at once straight to the engine. Printed per prompt size, burst size and
 `--workers`: time to first token (send to the first event that carries output) p50 / p99 for both,
 the difference (what chatsieve adds), and the server's CPU per request (every thread, answers
-included). Each server also answers one request right after start-up and then single warm ones:
+included). The floor: the same burst (bodies as long as the agents', nothing in them read) through
+bench_server's bare relay, one uvloop process that copies bytes between client and engine; what it
+adds over direct is what any process in chatsieve's place pays on this machine (`--no-floor`
+skips it). Each server also answers one request right after start-up and then single warm ones:
 their TTFT ratio is the start-up penalty. Every answer is checked against batch parsing.
 
     CHATSIEVE_MODELS=../shared/models python bench/bench_burst.py [--sizes 500,2000,8000] [--bursts 1,32,128]
@@ -118,6 +121,9 @@ def main() -> None:
     ap.add_argument("--step-ms", type=float, default=10.0, help="the engine's decode step (10 ms)")
     ap.add_argument("--keys", type=int, default=1, help="API keys the burst's requests are spread over (1)")
     ap.add_argument("--serve-arg", action="append", default=[], help="extra argument for chatsieve serve")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="skip the bare relay's bursts (bench_server's: one uvloop process copying bytes between "
+                    "client and engine, nothing parsed)")
     ap.add_argument("--profile", metavar="FILE", default=None,
                     help="run the one-worker server's event loop thread under cProfile (thread CPU time) and "
                     "write its stats to FILE.SIZE")
@@ -198,12 +204,18 @@ def main() -> None:
         [sys.executable, str(Path(__file__).resolve().parent / "bench_server.py"), "--engine", str(engine_port),
          str(ids_file), str(args.step_ms)], env=env, cwd=ROOT)
     engine_body = json.dumps({"prompt": [1, 2, 3], "stream": True}).encode()
+    relay = relay_port = None
     rows = []
     header = ("| workers | system prompt | burst | direct TTFT p50 / p99 ms | served TTFT p50 / p99 ms "
-              "| added p50 / p99 ms | server CPU ms/request | connections per worker |")
+              "| added p50 / p99 ms | bare relay added p50 / p99 ms | server CPU ms/request | connections per worker |")
     try:
         wait_up(engine_port, engine, "/stats")
         asyncio.run(burst(engine_port, "/v1/completions", [engine_body], None))
+        if not args.no_floor:
+            relay_port = free_port()
+            relay = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "bench_server.py"),
+                                      "--relay", str(relay_port), str(engine_port)], env=env, cwd=ROOT)
+            wait_up(relay_port, relay, "/stats")
         for w in workers:
             for size in sizes:
                 system = system_prompt(tok, size, 0)
@@ -246,14 +258,22 @@ def main() -> None:
                             responses = asyncio.run(_spread(port, bodies, keys, server.pid, spread))
                             cpu = tree_cpu(server.pid) - cpu0
                             served = ttfts(responses, check_served)
+                            relayed = None
+                            if relay_port is not None:  # as many bytes in as the agents' bodies, copied to the engine
+                                pad = len(bodies[0]) - len(engine_body) - len(', "pad": ""')
+                                floor_body = json.dumps({"prompt": [1, 2, 3], "stream": True, "pad": "x" * pad}).encode()
+                                relayed = ttfts(asyncio.run(burst(relay_port, "/v1/completions", [floor_body] * n,
+                                                                  None)), check_direct)
                             if args.timeline:
                                 print(f"  where the time to first token went (burst {n}): "
                                       f"{split_timeline(stamps, responses, served)}", flush=True)
+                            floor = (pct(relayed, .5) - pct(direct, .5), pct(relayed, .99) - pct(direct, .99)) \
+                                if relayed is not None else None
                             row = (w, size, n, pct(direct, .5), pct(direct, .99), pct(served, .5), pct(served, .99),
-                                   cpu * 1e3 / n, "/".join(map(str, spread[0])) if spread else "")
+                                   floor, cpu * 1e3 / n, "/".join(map(str, spread[0])) if spread else "")
                             rows.append(row)
                             if len(rows) == 1:
-                                print(header + "\n|---|---|---|---|---|---|---|---|")
+                                print(header + "\n|---|---|---|---|---|---|---|---|---|")
                             print(_row(row), flush=True)
                 finally:
                     if spy is not None:
@@ -261,12 +281,14 @@ def main() -> None:
                         spy.wait(timeout=60)
                     stop(server, interrupt=bool(profile))
     finally:
+        if relay is not None:
+            stop(relay)
         stop(engine)
         ids_file.unlink(missing_ok=True)
         for p in Path("/tmp").glob(f"chatsieve-burst-{os.getpid()}.sqlite3*"):
             p.unlink()
     print(f"\n# load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    print(header + "\n|---|---|---|---|---|---|---|---|")
+    print(header + "\n|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(_row(row))
     if args.profile_gil:
@@ -323,9 +345,10 @@ def split_timeline(prefix: str, responses: list[Response], served: list[float]) 
 
 
 def _row(row) -> str:
-    w, size, n, d50, d99, s50, s99, cpu, spread = row
+    w, size, n, d50, d99, s50, s99, floor, cpu, spread = row
+    relay = f"{floor[0]:.1f} / {floor[1]:.1f}" if floor is not None else "—"
     return (f"| {w} | {size} | {n} | {d50:.1f} / {d99:.1f} | {s50:.1f} / {s99:.1f} | {s50 - d50:.1f} / {s99 - d99:.1f} "
-            f"| {cpu:.2f} | {spread} |")
+            f"| {relay} | {cpu:.2f} | {spread} |")
 
 
 # Where a sample's time goes: the first rule whose text is in the sample's stack (innermost frame

@@ -29,17 +29,17 @@ def normalize_tools(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, dict
     """Map tool name -> its parameters schema; accepts OpenAI and flat definitions."""
     if tools is None:
         return {}
-    if isinstance(tools, Mapping) or isinstance(tools, str | bytes):
+    if type(tools) is not list and (isinstance(tools, Mapping) or isinstance(tools, str | bytes)):
         raise ToolsError("tools must be a list of tool definitions")
     out: dict[str, dict] = {}
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, Mapping):
+    for i, tool in enumerate(tools):  # (`type(x) is dict` first: JSON's objects skip the ABC's check)
+        if type(tool) is not dict and not isinstance(tool, Mapping):
             raise ToolsError(f"tools[{i}] is not an object")
         fn = tool.get("function", tool)
-        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        if type(fn) is not dict and not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
             raise ToolsError(f"tools[{i}] has no function name; expected {{'type': 'function', 'function': {{'name': ...}}}}")
         params = fn.get("parameters") or {}
-        out[fn["name"]] = params if isinstance(params, Mapping) else {}
+        out[fn["name"]] = params if type(params) is dict or isinstance(params, Mapping) else {}
     return out
 
 
@@ -188,7 +188,7 @@ class ToolSchema(Mapping):
 def typing_schemas(tools: Mapping[str, Any]) -> dict[str, Any]:
     """Normalised tools (name -> parameters) with each schema read through `ToolSchema`:
     what the codecs type raw values by."""
-    return {name: ToolSchema(s, s) if isinstance(s, Mapping) else s for name, s in tools.items()}
+    return {name: ToolSchema(s, s) if type(s) is dict or isinstance(s, Mapping) else s for name, s in tools.items()}
 
 
 def _wrap(v: Any, root: Mapping[str, Any]) -> Any:

@@ -35,6 +35,7 @@ from bench_stream import TOOLS, make_output, models_dir  # noqa: E402
 
 from chatsieve import load_tokenizer, parse  # noqa: E402
 from chatsieve.server import client as engine_client  # noqa: E402
+from chatsieve.server.tuning import freeze_startup_objects  # noqa: E402
 
 KEY = "sk-bench-request-team-key-0123456789"
 
@@ -118,6 +119,7 @@ async def run(args) -> None:
     protocol_class = options["http"]
     service = app.state.service
     await service.start()
+    freeze_startup_objects()  # as `chatsieve serve` does before it serves
     from uvicorn.server import ServerState
 
     state = ServerState()

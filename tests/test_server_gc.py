@@ -81,6 +81,23 @@ def test_resumed_past_max_young_objects_unless_a_large_request_is_held(collector
     del kept, more
 
 
+def test_a_large_request_pauses_it_again_where_the_young_bound_resumed_it(collector, monkeypatch):
+    monkeypatch.setattr(tuning, "MAX_YOUNG", 1000)
+    with tuning.no_cycle_collection():
+        gc.collect()
+        kept = [[] for _ in range(5000)]
+        with tuning.no_cycle_collection():
+            assert gc.isenabled()  # steady small traffic: the young bound resumed it
+            with tuning.no_cycle_collection(large=True):
+                assert not gc.isenabled(), "a large body parsed with collection running"
+        assert not gc.isenabled()  # (until the holds end, or the young bound resumes it again)
+        more = [[] for _ in range(5000)]
+        with tuning.no_cycle_collection():
+            assert gc.isenabled()
+    assert gc.isenabled()
+    del kept, more
+
+
 def test_resumed_past_max_gc_off_seconds_even_with_a_large_request(collector, monkeypatch):
     monkeypatch.setattr(tuning, "MAX_GC_OFF", 0.01)
     with tuning.no_cycle_collection(large=True):

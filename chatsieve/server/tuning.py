@@ -33,8 +33,9 @@ _gc_was_enabled = False
 _gc_off_since = 0.0
 MAX_GC_OFF = 60.0  # seconds: under steady large traffic, cyclic collection runs again past this
 # Objects made and not yet freed (the collector's count) past which, with no large request among
-# the holds, cyclic collection runs again under steady traffic: a burst of 128 agent requests
-# peaks at about 55,000 per worker; an agent request leaves about 35 objects in cycles.
+# the holds, cyclic collection runs again under steady traffic: 128 agent requests prepared together
+# in one process peak at about 53,000 (bench_request), 64 at about 26,000; an agent request leaves
+# about 35 objects in cycles.
 MAX_YOUNG = 200_000
 
 

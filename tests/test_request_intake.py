@@ -75,3 +75,23 @@ def test_the_depth_check_refuses_exactly_what_nests_deeper_than_the_limit(value,
         assert e.value.code == "too_deeply_nested"
     else:
         check_json_depth(value, limit)
+
+
+class _Dict(dict):
+    pass
+
+
+class _List(list):
+    pass
+
+
+@pytest.mark.parametrize("make", [_Dict, _List, dict, list])
+def test_the_depth_check_counts_subclasses_of_dict_and_list_as_containers(make):
+    """Not what a JSON decoder makes, but a library caller's body may hold them."""
+    value = 0
+    for _ in range(5):
+        value = make({"a": value}) if make in (dict, _Dict) else make([value])
+    value = [value]  # six levels, the five inner ones `make`'s
+    check_json_depth(value, 6)
+    with pytest.raises(RequestError):
+        check_json_depth(value, 5)

@@ -275,6 +275,7 @@ def check_effort_budgets(table: Any) -> dict[str, int]:
 
 
 _JSON_LEAVES = frozenset({str, int, float, bool, type(None)})  # (most values: no isinstance call for them)
+_JSON_CONTAINERS = frozenset({dict, list})  # (what a JSON decoder makes: no isinstance call for them either)
 
 
 def check_json_depth(value: Any, limit: int) -> None:
@@ -287,7 +288,7 @@ def check_json_depth(value: Any, limit: int) -> None:
         if depth > limit:
             raise RequestError(json_depth_message(limit), code="too_deeply_nested")
         level = [c for v in level for c in (v.values() if type(v) is dict or isinstance(v, dict) else v)
-                 if type(c) not in _JSON_LEAVES and isinstance(c, dict | list)]
+                 if type(c) in _JSON_CONTAINERS or (type(c) not in _JSON_LEAVES and isinstance(c, dict | list))]
 
 
 def json_depth_message(limit: int) -> str:

@@ -276,6 +276,8 @@ MALFORMED = {
     "host with a bad port": b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:80x\r\n\r\n",
     "98 KB head in one write": b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
     + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 1000) for i in range(98)) + b"\r\n",
+    "blank lines, then content-length and chunked": b"\r\n\n\r\n" + chat_head(
+        b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(CHAT)) + chunked(CHAT),
 }
 
 

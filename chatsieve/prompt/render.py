@@ -90,7 +90,7 @@ def _prepare(messages, tokenizer, template, tools, documents, template_kwargs, r
     source = resolve_template(template, tok, tools)
     shape = call_shape(source)
     msgs = prepare_messages(messages, shape.objects, shape.null_content, decoded_json)
-    if tools is not None and not all(isinstance(t, Mapping) for t in tools):
+    if tools is not None and not all(type(t) is dict or isinstance(t, Mapping) for t in tools):
         raise PromptError("tools must be a list of OpenAI tool dicts ({'type': 'function', 'function': {...}})")
     copy = list if decoded_json else plain_list
     tools_p = copy(tools) if tools is not None else None

@@ -465,7 +465,9 @@ def _strict_connection(max_head: int) -> Any:
 
     def read_head(buf: Any) -> Any:
         raw = bytes(buf)
-        start = len(raw) - len(raw.lstrip(b"\r\n"))
+        start = 0  # (blank lines before a head are allowed; counted without a copy of the body behind them)
+        while raw[start:start + 1] in (b"\r", b"\n"):
+            start += 1
         ends = [i for i in (raw.find(b"\n\r\n", start), raw.find(b"\n\n", start)) if i >= 0]
         if ends:
             end = min(ends)

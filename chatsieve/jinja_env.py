@@ -139,8 +139,33 @@ class _GenerationTag(jinja2.ext.Extension):
         return jinja2.nodes.Scope(body).set_lineno(lineno)
 
 
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
+class _PlainDictItems:
+    """A sandbox where `obj.name` on a plain dict, for a name no dict has as an attribute, looks
+    up the item at once: what the sandbox's `getattr` gives after the AttributeError it raises
+    and catches for every such name (`message.content`, `tool.function`)."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and type(attribute) is str and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)  # type: ignore[attr-defined]
+        return super().getattr(obj, attribute)  # type: ignore[misc]
+
+
+class _Sandbox(_PlainDictItems, SandboxedEnvironment):
+    pass
+
+
+class _ImmutableSandbox(_PlainDictItems, ImmutableSandboxedEnvironment):
+    pass
+
+
 def _environment(mutable: bool) -> jinja2.Environment:
-    env_class = SandboxedEnvironment if mutable else ImmutableSandboxedEnvironment
+    env_class = _Sandbox if mutable else _ImmutableSandbox
     env = env_class(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _to_json
     env.globals.update(raise_exception=_fail, strftime_now=_now, namespace=_namespace)

@@ -349,6 +349,36 @@ def test_sandbox_refuses_unsafe_code():
         _text("{{ messages.__class__.__mro__ }}{{ ''.__class__.__subclasses__() }}")
 
 
+_ATTRIBUTE_NAMES = st.one_of(
+    st.sampled_from(sorted(n for n in dir(dict) if not n.startswith("_")) + ["__class__", "__len__", "_x"]),
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True),
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(present=st.lists(_ATTRIBUTE_NAMES, max_size=4), name=_ATTRIBUTE_NAMES, mutable=st.booleans())
+def test_attribute_reads_on_dicts_are_the_stock_sandboxs(present, name, mutable):
+    """`d.name` in a template, with `d` a plain dict or a subclass: the same text (the item, a
+    method, undefined, or a security error) as jinja2's own sandbox gives, in both sandboxes."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
+
+    from chatsieve.jinja_env import _environment
+
+    class Sub(dict):
+        pass
+
+    source = "{{ d.NAME is defined }}|{{ d.NAME }}|{{ d.NAME | default('-') }}".replace("NAME", name)
+    stock_env = (SandboxedEnvironment if mutable else ImmutableSandboxedEnvironment)()
+    for d in ({k: f"v-{k}" for k in present}, Sub({k: f"v-{k}" for k in present})):
+        def render(env, d=d):
+            try:
+                return env.from_string(source).render(d=d)
+            except jinja2.exceptions.SecurityError as e:
+                return f"refused: {e}"
+
+        assert render(_environment(mutable)) == render(stock_env), (name, present, type(d))
+
+
 def test_mutating_templates_render_in_the_mutable_sandbox():
     tpl = "{% set xs = [] %}{% for m in messages %}{% do_nothing %}{% endfor %}"
     with pytest.raises(PromptError, match="syntax"):

@@ -94,7 +94,7 @@ def _cache_key(value: Any, ensure_ascii: Any, indent: Any, separators: Any, sort
         hash(key)
     except TypeError:  # (orjson.JSONEncodeError is one)
         return None
-    if len(spelled) > _JSON_KEY_BYTES or (b"null" in spelled and (  # (one search where there is none: a third of the time)
+    if len(spelled) > _JSON_KEY_BYTES or (b"null" in spelled and (  # (one search instead of three where none is spelled)
             b":null" in spelled or b",null" in spelled or b"[null" in spelled)):
         return None  # (a null, or maybe NaN; or text that spells one: not cached either way)
     return key

@@ -429,6 +429,7 @@ def request_head_problem(head: bytes, max_bytes: int) -> str | None:
 
 
 _REG_NAME = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=%]*")
+_LEADING_BLANK_LINES = re.compile(rb"[\r\n]*")
 
 
 def valid_host(host: str) -> bool:
@@ -465,9 +466,7 @@ def _strict_connection(max_head: int) -> Any:
 
     def read_head(buf: Any) -> Any:
         raw = bytes(buf)
-        start = 0  # (blank lines before a head are allowed; counted without a copy of the body behind them)
-        while raw[start:start + 1] in (b"\r", b"\n"):
-            start += 1
+        start = _LEADING_BLANK_LINES.match(raw).end()  # (not the head's end; counted without copying the body)
         ends = [i for i in (raw.find(b"\n\r\n", start), raw.find(b"\n\n", start)) if i >= 0]
         if ends:
             end = min(ends)

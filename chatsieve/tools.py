@@ -36,7 +36,7 @@ def normalize_tools(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, dict
         if type(tool) is not dict and not isinstance(tool, Mapping):
             raise ToolsError(f"tools[{i}] is not an object")
         fn = tool.get("function", tool)
-        if type(fn) is not dict and not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        if (type(fn) is not dict and not isinstance(fn, Mapping)) or not isinstance(fn.get("name"), str):
             raise ToolsError(f"tools[{i}] has no function name; expected {{'type': 'function', 'function': {{'name': ...}}}}")
         params = fn.get("parameters") or {}
         out[fn["name"]] = params if type(params) is dict or isinstance(params, Mapping) else {}

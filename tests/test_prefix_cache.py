@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from array import array
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -95,13 +96,25 @@ def test_bounds_are_kept():
     cache = PrefixCache(tok.hf, max_entries=3, max_tokens=10_000)
     for i in range(10):
         cache.encode(f"<|im_start|>system\n{FILLER}{i}<|im_end|>\n<|im_start|>user\n{i}" * 2)
-    assert len(cache._entries) <= 3 and cache._tokens <= 10_000
-    assert sum(len(b) for b in cache._buckets.values()) == len(cache._entries)
+    assert len(cache._leaves) <= 3 and cache._tokens <= 10_000
+    _consistent(cache)
     short = "<|im_start|>user\nhi<|im_end|>"
     assert len(tok.encode(short)) < MIN_TOKENS
-    before = dict(cache._entries)
+    before = _held(cache)
     cache.encode(short)
-    assert dict(cache._entries) == before, "a short prompt is not kept"
+    assert _held(cache) == before, "a short prompt is not kept"
+
+
+def _held(cache: PrefixCache) -> set[tuple[str, str]]:
+    """(partition, the text up to a leaf's end) for every leaf: the prompts the cache holds."""
+    held = set()
+    for leaf in cache._leaves:
+        node, text = leaf, ""
+        while node is not None:
+            text = node.text + text
+            node = node.parent
+        held.add((leaf.partition, text))
+    return held
 
 
 def test_an_extended_prompt_replaces_the_one_it_extends():
@@ -110,7 +123,37 @@ def test_an_extended_prompt_replaces_the_one_it_extends():
     turn = f"<|im_start|>system\n{FILLER}<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
     cache.encode(turn)
     cache.encode(turn + "Hi.<|im_end|>\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n")
-    assert len(cache._entries) == 1 and cache.hits == 1
+    assert len(cache._leaves) == 1 and cache.hits == 1
+
+
+def test_a_shared_beginning_is_held_once():
+    """A team's prompts (one system prompt, each its own user turn) hold the system prompt's
+    tokens once, not once per prompt; and an encoding's ids are its own: changing them changes
+    nothing the cache gives the next prompt."""
+    tok = tokenizer("qwen3")
+    cache = PrefixCache(tok.hf)
+    system = f"<|im_start|>system\n{FILLER * 4}<|im_end|>\n<|im_start|>user\n"
+    shared = len(tok.hf.encode(system, add_special_tokens=False).ids)
+    for k in range(20):
+        text = system + f"task {k}<|im_end|>\n<|im_start|>assistant\n"
+        got = cache.encode(text)
+        assert got.ids == tok.hf.encode(text, add_special_tokens=False).ids
+        got.ids[:shared] = [0] * shared  # a caller's own list
+        _consistent(cache)
+    assert cache.hits == 19 and len(cache._leaves) == 20
+    assert shared < cache._tokens < shared + 20 * 20
+
+
+def test_ids_past_the_vocabulary_size_are_kept_as_they_are():
+    """A reused run's ids become a list of the cache's int objects, one per id up to the
+    vocabulary's size; an id past it (a tokenizer whose ids have gaps) keeps its own int."""
+    tok = tokenizer("qwen3")
+    cache = PrefixCache(tok.hf)
+    cache._ints = list(range(1000))  # as if the vocabulary had 1,000 ids: most of these are past it
+    system = f"<|im_start|>system\n{FILLER * 4}<|im_end|>\n<|im_start|>user\n"
+    for k in range(3):
+        _check(cache, tok, system + f"task {k}<|im_end|>\n")
+    assert cache.hits == 2 and all(type(n.ids) is list for n in cache._roots[""].children)
 
 
 def test_a_partition_reuses_only_its_own_prefixes():
@@ -168,12 +211,31 @@ def test_render_prompt_is_the_same_with_and_without_the_cache(family):
 
 
 def _consistent(cache: PrefixCache) -> None:
-    """Every entry is in its bucket, every bucket entry is an entry, and buckets are sorted."""
-    in_buckets = [e for b in cache._buckets.values() for e in b]
-    assert sorted(map(id, in_buckets)) == sorted(map(id, cache._entries.values()))
-    for key, bucket in cache._buckets.items():
-        assert bucket and all(e.bucket == key for e in bucket)
-        assert [e.text for e in bucket] == sorted(e.text for e in bucket)
+    """The trees hold what their links say: each node's text, ids, offsets and cuts continue its
+    parent's; children are sorted by text; the leaves are exactly the nodes without children; the
+    token count is the nodes' own; no root is empty."""
+    nodes, leaves = 0, set()
+    tokens = 0
+    for part, root in cache._roots.items():
+        assert root.partition == part and root.children, "an empty root is let go"
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            assert [c.text for c in node.children] == sorted(c.text for c in node.children)
+            for child in node.children:
+                assert child.parent is node and child.alive and child.partition == part
+                assert child.start == node.end and child.end == child.start + len(child.text)
+                assert child.base == (node.counts[-1] if node.cuts else 0)
+                assert child.cuts and child.cuts[-1] == child.end and child.cuts == sorted(set(child.cuts))
+                assert child.counts[-1] - child.base == len(child.ids) and len(child.offsets) == 2 * len(child.ids)
+                assert child.offsets[0] >= child.start and child.offsets[-1] == child.end
+                tokens += len(child.ids)
+                nodes += 1
+                if not child.children:
+                    leaves.add(child)
+                stack.append(child)
+    assert leaves == set(cache._leaves)
+    assert tokens == cache._tokens
 
 
 def test_an_agents_every_turn_reuses_the_turn_before():
@@ -185,7 +247,7 @@ def test_an_agents_every_turn_reuses_the_turn_before():
     for turn in range(6):
         _check(cache, tok, conv)
         _consistent(cache)
-        assert cache.hits == turn and len(cache._entries) == 1
+        assert cache.hits == turn and len(cache._leaves) == 1
         conv += f"Done {turn}.<|im_end|>\n<|im_start|>user\nnext {turn}<|im_end|>\n<|im_start|>assistant\n"
 
 
@@ -211,12 +273,14 @@ def test_siblings_in_one_bucket_reuse_the_longest_shared_prefix(tails, data):
 
 
 def _shared_cut(cache: PrefixCache, cached: str, text: str) -> int:
-    """The furthest cut of `cached` inside what it shares with `text`, if `cached` is still held."""
-    entry = cache._entries.get(("", cached))
-    if entry is None:
-        return 0
+    """The furthest cut the cache holds of `cached` inside what it shares with `text` (its nodes
+    found by reading every child, not by the cache's own search)."""
+    node, held = cache._roots.get(""), []
+    while node is not None:
+        node = next((c for c in node.children if cached.startswith(c.text, c.start)), None)
+        held += node.cuts if node is not None else []
     shared = len(os.path.commonprefix([cached, text]))
-    return max((c for c in entry.cuts if c <= shared), default=0)
+    return max((c for c in held if c <= shared), default=0)
 
 
 def test_a_burst_tokenizes_its_shared_prefix_once():
@@ -243,7 +307,7 @@ def test_a_burst_tokenizes_its_shared_prefix_once():
     for k, ids in got.items():
         assert ids == tok.hf.encode(texts[k % len(texts)], add_special_tokens=False).ids
     assert cache.hits == len(texts) - 1, "the team's shared prefix was encoded more than once"
-    assert len([e for e in cache._entries.values() if e.partition == "other"]) == 1
+    assert len([leaf for leaf in cache._leaves if leaf.partition == "other"]) == 1
 
 
 def test_on_the_event_loop_an_encode_tokenizes_little_and_never_waits():
@@ -258,7 +322,7 @@ def test_on_the_event_loop_an_encode_tokenizes_little_and_never_waits():
     with prefix_cache.on_event_loop(limit):
         with pytest.raises(prefix_cache.WouldBlock):
             cache.encode(first)  # nothing cached: all of it to tokenize
-        assert not cache._flights and not cache._entries
+        assert not cache._flights and not cache._roots
         _check(cache, tok, "<|im_start|>user\nshort<|im_end|>\n")  # short enough whole
     _check(cache, tok, first)  # in a thread, as the server then does
     hits = cache.hits
@@ -291,15 +355,31 @@ def test_on_the_event_loop_a_long_prompt_is_not_counted_in_pieces():
     assert min_tokens(tok, text, 1000) > 1000
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
-@given(a=st.text(st.one_of(st.characters(), st.sampled_from("\ud800\udbff\udc00\udfff\ue000\uffff"))),
-       b=st.text(st.one_of(st.characters(), st.sampled_from("\ud800\udbff\udc00\udfff\ue000\uffff"))))
-def test_buckets_sort_by_bytes_as_by_characters(a, b):
-    """A bucket is sorted by its texts' UTF-8 (fast to compare at any string width): the same
-    order as the texts', lone surrogates included."""
-    from chatsieve.prefix_cache import _order
+_WIDE = st.one_of(st.characters(), st.sampled_from("\ud800\udbff\udc00\udfff\ue000\uffff\xff\x00"))
 
-    shared = "共有 🌦️ prefix " * 3
-    for x, y in ((a, b), (shared + a, shared + b)):
-        assert (x < y) == (_order(x) < _order(y))
-        assert (x == y) == (_order(x) == _order(y))
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(a=st.text(_WIDE), b=st.text(_WIDE), c=st.text(_WIDE), pos=st.integers(0, 30))
+def test_shared_counts_what_a_run_shares_at_any_width(a, b, c, pos):
+    """`_shared` (slices compared at one width) is the common prefix's length, for strings of
+    any widths (a shared ASCII run after a wide character, lone surrogates included)."""
+    from chatsieve.prefix_cache import _shared
+
+    for run in (b, a + b, a + c, a):
+        for text in (a + b, c + a + b, a):
+            at = min(pos, len(text))
+            assert _shared(text, at, run) == len(os.path.commonprefix([text[at:], run]))
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(runs=st.sets(st.text("ab\u00e9\U0001f326", min_size=1, max_size=140), min_size=1, max_size=12),
+       text=st.text("ab\u00e9\U0001f326", max_size=160), pos=st.integers(0, 3))
+def test_the_children_beside_a_text_share_the_most_with_it(runs, text, pos):
+    """Among sorted runs, `_beside` returns one sharing the longest prefix with `text[pos:]`
+    (compared by widths that double, so never a whole long shared run at once)."""
+    from chatsieve.prefix_cache import _beside, _Node, _shared
+
+    children = [_Node(None, 0, r, 0, [], array("I"), [], [], "") for r in sorted(runs)]
+    best = max(_shared(text, min(pos, len(text)), r) for r in runs)
+    got = _beside(children, text, min(pos, len(text)))
+    assert got and max(_shared(text, min(pos, len(text)), c.text) for c in got) == best

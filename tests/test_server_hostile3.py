@@ -169,21 +169,23 @@ ROUTES = {  # route -> (path, body for a system prompt and a user text)
 @pytest.mark.parametrize("route", sorted(ROUTES))
 def test_no_caller_reuses_a_prompt_prefix_another_caller_cached(server, tok, route):
     """The prefix cache's hits are a timing oracle (issue 33, item 8): a caller's prompt reuses
-    only the prefixes its own earlier prompts left."""
+    only the prefixes its own earlier prompts left (bob's earlier prompts of other tests may give
+    him the template's opening control token, never alice's system prompt)."""
     path, body = ROUTES[route]
     cache = prefix_cache.cache_for(tok.hf)
     system = f"[{route} {os.urandom(4).hex()}] {SYSTEM}"  # a system prompt no earlier test cached
+    tokens = len(tok.encode(system))
 
     def send(key: str, text: str) -> int:
-        before = cache.hits
+        before = cache.reused_tokens
         r = httpx.post(server + path, json={"model": MODEL, **body(system, text)}, headers=x_api_key(key),
                        timeout=60)
         assert r.status_code == 200, r.text
-        return cache.hits - before
+        return cache.reused_tokens - before  # the ids reused from the cache
 
     send("sk-alice", "[hi] first")
-    assert send("sk-bob", "[hi] first") == 0  # bob's prompt, alice's prefix: no reuse
-    assert send("sk-alice", "[hi] second") >= 1  # alice's own prefix is reused
+    assert send("sk-bob", "[hi] first") < 8  # bob's prompt, alice's prefix: not reused
+    assert send("sk-alice", "[hi] second") >= tokens  # alice's own prefix is reused
 
 
 # ---------------------------------------------------------------- 2: chains

@@ -379,6 +379,61 @@ def test_attribute_reads_on_dicts_are_the_stock_sandboxs(present, name, mutable)
         assert render(_environment(mutable)) == render(stock_env), (name, present, type(d))
 
 
+_VALUES = [("text", "t"), (3, "i"), (2.5, "f"), (True, "b"), (None, "n"), ((1, 2), "tu"), (b"by", "by"),
+           ([1, 2], "l"), ({"a": 1}, "d")]
+_METHOD_NAMES = st.one_of(
+    st.sampled_from(sorted({n for v, _ in _VALUES for n in dir(v)} | {"mro", "_x", "format", "format_map"})),
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True),
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(name=_METHOD_NAMES, which=st.integers(0, len(_VALUES) - 1), sub=st.booleans(), mutable=st.booleans())
+def test_attribute_reads_on_builtin_data_are_the_stock_sandboxs(name, which, sub, mutable):
+    """`x.name` in a template, with `x` a str, number, None, tuple, bytes, list or dict (or a
+    subclass), asked twice (the second answer a kept one): the same text (the attribute, undefined,
+    or a security error) as jinja2's own sandbox gives, in both sandboxes."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
+
+    from chatsieve.jinja_env import _environment
+
+    value, _ = _VALUES[which]
+    if sub and type(value) not in (bool, type(None)):  # (neither can be subclassed)
+        value = type("Sub", (type(value),), {})(value)
+    source = "{{ x.NAME is defined }}|{{ x.NAME }}".replace("NAME", name)
+    stock_env = (SandboxedEnvironment if mutable else ImmutableSandboxedEnvironment)()
+
+    def render(env):
+        try:
+            return env.from_string(source).render(x=value)
+        except jinja2.exceptions.SecurityError as e:
+            return f"refused: {e}"
+        except (TypeError, ValueError) as e:  # (a method's repr, or str.format_map read as a call)
+            return f"failed: {type(e).__name__}"
+
+    ours = _environment(mutable)
+    assert render(ours) == render(stock_env) == render(ours), (name, value, mutable)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(name=_METHOD_NAMES, mutable=st.booleans())
+def test_attribute_reads_on_loops_and_namespaces_are_the_stock_sandboxs(name, mutable):
+    """`loop.name` and `ns.name` (chatsieve's namespace), asked twice: the answer jinja2's own
+    check gives for the same object and name."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
+
+    from chatsieve.jinja_env import _environment
+
+    env = _environment(mutable)
+    stock = SandboxedEnvironment if mutable else ImmutableSandboxedEnvironment
+    objects = [env.globals["namespace"](a=1)]
+    env.from_string("{% for i in [1] %}{{ grab(loop) }}{% endfor %}").render(grab=objects.append)
+    assert [type(o).__name__ for o in objects] == ["_SafeNamespace", "LoopContext"]
+    for obj in objects:
+        want = stock.is_safe_attribute(env, obj, name, None)
+        assert env.is_safe_attribute(obj, name, None) == want == env.is_safe_attribute(obj, name, None)
+
+
 def test_mutating_templates_render_in_the_mutable_sandbox():
     tpl = "{% set xs = [] %}{% for m in messages %}{% do_nothing %}{% endfor %}"
     with pytest.raises(PromptError, match="syntax"):

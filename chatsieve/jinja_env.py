@@ -153,8 +153,8 @@ class _PlainDictItems:
     up the item at once: what the sandbox's `getattr` gives after the AttributeError it raises
     and catches for every such name (`message.content`, `tool.function`). And where whether an
     attribute of a known type (`_KNOWN_TYPES`) may be read is answered once per type and name:
-    the sandbox's own answer, which is three ABC isinstance checks and more per read (a Qwen3 agent prompt makes about 17: `loop.index0`, `ns.multi_step_tool`,
-    `content.startswith`)."""
+    the sandbox's own answer, which is three ABC isinstance checks and more per read (a Qwen3
+    agent prompt makes about 17: `loop.index0`, `ns.multi_step_tool`, `content.startswith`)."""
 
     _safe_attributes: dict[tuple[type, str], bool]  # one per sandbox class: their answers differ
 

@@ -142,9 +142,9 @@ class _Node:
     """A run of cached prompt text that ends right after a cut token: characters [start, end) of
     every prompt whose path from its partition's root passes through it, with their tokens.
 
-    Immutable once made (a split makes two new nodes), so an encode may read a node it found after
-    letting go of the lock; only the tree's links (`parent`, `children`, `alive`) and `used`
-    change, under the cache's lock."""
+    Its text, tokens and cuts never change once it is made (a split makes two new nodes; `ids`
+    becomes an equal list once), so an encode may read a node it found after letting go of the
+    lock; the tree's links (`parent`, `children`, `alive`) change under the cache's lock."""
 
     __slots__ = ("parent", "start", "end", "text", "base", "ids", "offsets", "cuts", "counts", "children",
                  "alive", "partition")

@@ -17,7 +17,9 @@ against batch parsing of the same ids; a wrong one stops the benchmark.
 The server runs the chatsieve this process imported, so `bench/ab.py OTHER bench/bench_server.py`
 compares two checkouts' servers; `--profile FILE` writes a one-worker server's cProfile stats.
 
-Figures are noisy on a shared machine: compare rows of one run, and note `uptime`.
+Figures are noisy on a shared machine: compare rows of one run, and note `uptime`. `--repeat N`
+measures the bare relay and each server N times, one after the other, and prints the medians and
+the median of the N ratios (server ÷ relay): what issue 36's paced goal is read from.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -580,6 +583,20 @@ def print_rows(rows: list[Row], header: bool = True) -> None:
         )
 
 
+def print_ratios(pairs: dict[tuple[str, int, int], list[tuple[float, float]]]) -> None:
+    """Per server, worker count and stream count: the median CPU µs/token of the bare relay and of
+    the server over the repetitions, and the median of each repetition's ratio (server ÷ relay,
+    the two measured one after the other)."""
+    print("\n| target | workers | streams | repetitions | relay µs/token (median) | server µs/token (median) "
+          "| server ÷ relay: median (range) |")
+    print("|---|---|---|---|---|---|---|")
+    for (target, w, n), got in pairs.items():
+        ratios = sorted(s / f for f, s in got)
+        print(f"| {target} | {w} | {n} | {len(got)} | {statistics.median(f for f, _ in got):.1f} "
+              f"| {statistics.median(s for _, s in got):.1f} | {statistics.median(ratios):.2f} "
+              f"({ratios[0]:.2f}–{ratios[-1]:.2f}) |")
+
+
 def wait_up(port: int, proc: subprocess.Popen, path: str = "/health") -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -647,6 +664,14 @@ def main() -> None:
         help="skip the bare relay's runs (a uvloop process copying bytes between client and engine: "
         "the CPU any server in chatsieve's place pays before parsing anything)",
     )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measure the bare relay and the server this many times, one after the other, with each "
+        "process started once, and print the median of each and of their ratios (the ratio of one run "
+        "moves with the machine's load; the medians of alternated runs move less)",
+    )
     ap.add_argument("--serve-arg", action="append", default=[], help="extra argument for chatsieve serve")
     ap.add_argument(
         "--profile",
@@ -695,6 +720,9 @@ def main() -> None:
         cwd=ROOT,
     )
     rows: list[Row] = []
+    # (target, workers, streams) -> (the relay's, the server's) CPU µs/token, one pair per repetition
+    pairs: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
+    relay = None
     try:
         wait_up(engine_port, engine, "/stats")
 
@@ -719,6 +747,7 @@ def main() -> None:
 
         engine_body = json.dumps({"prompt": [1, 2, 3], "stream": True}).encode()
         def each_stream_count(target, workers, port, path, body, check, cpu_pid) -> None:
+            """One row per stream count, appended to `rows` (and printed)."""
             for n in streams:
                 rows.append(
                     measure(target, workers, n, max(args.requests, n), port, path, body, check, cpu_pid,
@@ -728,17 +757,23 @@ def main() -> None:
 
         if not args.no_ceiling:
             each_stream_count("engine direct", "—", engine_port, "/v1/completions", engine_body, check_engine, None)
+        relay = None
         if not args.no_floor:
             relay_port = free_port()
             relay = subprocess.Popen([sys.executable, __file__, "--relay", str(relay_port), str(engine_port)],
                                      env=env, cwd=ROOT)
-            try:
-                wait_up(relay_port, relay, "/stats")
-                asyncio.run(load(relay_port, "/v1/completions", engine_body, 1, 1))
-                each_stream_count("bare relay (floor)", "—", relay_port, "/v1/completions", engine_body,
-                                  check_engine, relay.pid)
-            finally:
-                stop(relay)
+            wait_up(relay_port, relay, "/stats")
+            asyncio.run(load(relay_port, "/v1/completions", engine_body, 1, 1))
+
+        def floor() -> list[Row]:
+            if relay is None:
+                return []
+            each_stream_count("bare relay (floor)", "—", relay_port, "/v1/completions", engine_body,
+                              check_engine, relay.pid)
+            return rows[-len(streams):]
+
+        if args.repeat == 1:
+            floor()
         chat_body = json.dumps(
             {
                 "model": MODEL,
@@ -802,17 +837,26 @@ def main() -> None:
             server = subprocess.Popen(cmd, env=env, cwd=code)
             try:
                 wait_up(port, server)
-                for target, path, body, check in routes.values():
+                for _target, path, body, _check in routes.values():
                     # one request to warm up each worker's connection pool and caches
                     asyncio.run(load(port, path, body, w, w))
-                    each_stream_count(target, w, port, path, body, check, server.pid)
+                for _ in range(args.repeat):
+                    below = floor() if args.repeat > 1 else []
+                    for target, path, body, check in routes.values():
+                        each_stream_count(target, w, port, path, body, check, server.pid)
+                        for f, r in zip(below, rows[-len(streams):], strict=True):
+                            pairs.setdefault((target, w, r.streams), []).append((f.cpu_us, r.cpu_us))
             finally:
                 stop(server, interrupt=bool(profile))
     finally:
+        if relay is not None:
+            stop(relay)
         stop(engine)
         ids_file.unlink(missing_ok=True)
     print(f"\n# load average after: {os.getloadavg()[0]:.2f}\n")
     print_rows(rows)
+    if pairs:
+        print_ratios(pairs)
 
 
 if __name__ == "__main__":

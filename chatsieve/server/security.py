@@ -10,6 +10,7 @@ response store's owner, the prompt cache's partition and the access log all take
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -461,32 +462,47 @@ def _strict_connection(max_head: int) -> Any:
     """An h11 server connection whose reader checks each request head with `request_head_problem`
     before h11 parses it (every head, pipelined ones included); a refusal is h11's protocol error,
     which uvicorn answers with a 400 and closes the connection."""
+    return _strict_connection_class()(max_head)
+
+
+@functools.cache
+def _strict_connection_class() -> type:
+    """`_strict_connection`'s class, made once (h11 is imported where a server runs)."""
     import h11
     from h11._readers import maybe_read_from_IDLE_client
 
-    def read_head(buf: Any) -> Any:
-        raw = bytes(buf)
-        start = _LEADING_BLANK_LINES.match(raw).end()  # (not the head's end; counted without copying the body)
-        ends = [i for i in (raw.find(b"\n\r\n", start), raw.find(b"\n\n", start)) if i >= 0]
-        if ends:
-            end = min(ends)
-            head = raw[: end + (3 if raw[end:end + 3] == b"\n\r\n" else 2)]
-            problem = request_head_problem(head, max_head)
-            if problem is not None:
-                log.info("refused a request: %s (400, connection closed)", problem)
-                raise h11.LocalProtocolError(problem)
-        elif len(raw) > max_head:
-            raise h11.LocalProtocolError(f"request head over {max_head} bytes")
-        return maybe_read_from_IDLE_client(buf)
-
     class StrictConnection(h11.Connection):
+        def __init__(self, max_head: int) -> None:
+            super().__init__(h11.SERVER, max_incomplete_event_size=max_head)
+            self.max_head = max_head
+
         def _get_io_object(self, role: Any, event: Any, io_dict: Any) -> Any:
             reader = super()._get_io_object(role, event, io_dict)
-            if reader is maybe_read_from_IDLE_client:
-                return read_head
-            return reader
+            return self._read_head if reader is maybe_read_from_IDLE_client else reader
 
-    return StrictConnection(h11.SERVER, max_incomplete_event_size=max_head)
+        def _read_head(self, buf: Any) -> Any:
+            max_head = self.max_head
+            raw = bytes(buf)
+            start = _LEADING_BLANK_LINES.match(raw).end()  # (not the head's end; counted without copying the body)
+            # The head ends at its first empty line, not searched for in the body that came with
+            # it: only the first max_head + 3 bytes (a head that ends later is over max_head bytes,
+            # refused below as it would be if its end had been found), and for a bare-LF end only
+            # up to the first CRLF one (the first end is the one that counts).
+            limit = max_head + 3
+            crlf = raw.find(b"\n\r\n", start, limit)
+            lf = raw.find(b"\n\n", start, limit if crlf < 0 else crlf + 1)
+            if crlf >= 0 or lf >= 0:
+                end = crlf if lf < 0 else lf
+                head = raw[: end + (3 if raw[end:end + 3] == b"\n\r\n" else 2)]
+                problem = request_head_problem(head, max_head)
+                if problem is not None:
+                    log.info("refused a request: %s (400, connection closed)", problem)
+                    raise h11.LocalProtocolError(problem)
+            elif len(raw) > max_head:
+                raise h11.LocalProtocolError(f"request head over {max_head} bytes")
+            return maybe_read_from_IDLE_client(buf)
+
+    return StrictConnection
 
 
 def _make_guarded_h11(header_timeout: float, max_connections: int) -> type:

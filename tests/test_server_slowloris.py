@@ -218,3 +218,31 @@ def test_the_head_reader_does_not_search_the_body():
         conn._read_head(Buffer(head + b"x" * 100_000))
     assert windows and max(max(w) for w in windows.values()) <= 1024 + 3
     assert max(windows[b"\n\n"]) <= len(head)
+
+
+def test_a_strict_connection_is_freed_when_let_go_of():
+    """No reference cycle through the head reader: a connection goes when its protocol lets go of it,
+    not at the cyclic collector's next pass (which would walk every connection left so)."""
+    import gc
+    import weakref
+
+    import h11
+
+    from chatsieve.server.security import _strict_connection
+
+    conn = _strict_connection(16 * 1024)  # one request answered, then idle (kept alive) as uvicorn leaves it
+    conn.receive_data(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert type(conn.next_event()) is h11.Request and type(conn.next_event()) is h11.EndOfMessage
+    conn.send(h11.Response(status_code=200, headers=[(b"content-length", b"0")]))
+    conn.send(h11.EndOfMessage())
+    conn.start_next_cycle()
+    assert conn.next_event() is h11.NEED_DATA
+    gone = weakref.ref(conn)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del conn
+        assert gone() is None
+    finally:
+        if enabled:
+            gc.enable()

@@ -473,36 +473,46 @@ def _strict_connection_class() -> type:
 
     class StrictConnection(h11.Connection):
         def __init__(self, max_head: int) -> None:
+            # (the reader is not a bound method: that would make every connection a cycle, left
+            # for the cyclic collector instead of freed when its protocol lets go of it)
+            self._read_head = _head_reader(max_head)
             super().__init__(h11.SERVER, max_incomplete_event_size=max_head)
-            self.max_head = max_head
 
         def _get_io_object(self, role: Any, event: Any, io_dict: Any) -> Any:
             reader = super()._get_io_object(role, event, io_dict)
             return self._read_head if reader is maybe_read_from_IDLE_client else reader
 
-        def _read_head(self, buf: Any) -> Any:
-            max_head = self.max_head
-            raw = bytes(buf)
-            start = _LEADING_BLANK_LINES.match(raw).end()  # (not the head's end; counted without copying the body)
-            # The head ends at its first empty line, not searched for in the body that came with
-            # it: only the first max_head + 3 bytes (a head that ends later is over max_head bytes,
-            # refused below as it would be if its end had been found), and for a bare-LF end only
-            # up to the first CRLF one (the first end is the one that counts).
-            limit = max_head + 3
-            crlf = raw.find(b"\n\r\n", start, limit)
-            lf = raw.find(b"\n\n", start, limit if crlf < 0 else crlf + 1)
-            if crlf >= 0 or lf >= 0:
-                end = crlf if lf < 0 else lf
-                head = raw[: end + (3 if raw[end:end + 3] == b"\n\r\n" else 2)]
-                problem = request_head_problem(head, max_head)
-                if problem is not None:
-                    log.info("refused a request: %s (400, connection closed)", problem)
-                    raise h11.LocalProtocolError(problem)
-            elif len(raw) > max_head:
-                raise h11.LocalProtocolError(f"request head over {max_head} bytes")
-            return maybe_read_from_IDLE_client(buf)
-
     return StrictConnection
+
+
+@functools.cache
+def _head_reader(max_head: int) -> Callable[[Any], Any]:
+    """The reader `_strict_connection` puts before h11's own for a new request's head."""
+    import h11
+    from h11._readers import maybe_read_from_IDLE_client
+
+    def read_head(buf: Any) -> Any:
+        raw = bytes(buf)
+        start = _LEADING_BLANK_LINES.match(raw).end()  # (not the head's end; counted without copying the body)
+        # The head ends at its first empty line, not searched for in the body that came with it:
+        # only the first max_head + 3 bytes (a head that ends later is over max_head bytes,
+        # refused below as it would be if its end had been found), and for a bare-LF end only up
+        # to the first CRLF one (the first end is the one that counts).
+        limit = max_head + 3
+        crlf = raw.find(b"\n\r\n", start, limit)
+        lf = raw.find(b"\n\n", start, limit if crlf < 0 else crlf + 1)
+        if crlf >= 0 or lf >= 0:
+            end = crlf if lf < 0 else lf
+            head = raw[: end + (3 if raw[end:end + 3] == b"\n\r\n" else 2)]
+            problem = request_head_problem(head, max_head)
+            if problem is not None:
+                log.info("refused a request: %s (400, connection closed)", problem)
+                raise h11.LocalProtocolError(problem)
+        elif len(raw) > max_head:
+            raise h11.LocalProtocolError(f"request head over {max_head} bytes")
+        return maybe_read_from_IDLE_client(buf)
+
+    return read_head
 
 
 def _make_guarded_h11(header_timeout: float, max_connections: int) -> type:

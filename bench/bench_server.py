@@ -586,7 +586,7 @@ def print_rows(rows: list[Row], header: bool = True) -> None:
 def print_ratios(pairs: dict[tuple[str, int, int], list[tuple[float, float]]]) -> None:
     """Per server, worker count and stream count: the median CPU µs/token of the bare relay and of
     the server over the repetitions, and the median of each repetition's ratio (server ÷ relay,
-    the two measured one after the other)."""
+    both measured in that repetition: the relay first, then each route in turn)."""
     print("\n| target | workers | streams | repetitions | relay µs/token (median) | server µs/token (median) "
           "| server ÷ relay: median (range) |")
     print("|---|---|---|---|---|---|---|")
@@ -757,7 +757,6 @@ def main() -> None:
 
         if not args.no_ceiling:
             each_stream_count("engine direct", "—", engine_port, "/v1/completions", engine_body, check_engine, None)
-        relay = None
         if not args.no_floor:
             relay_port = free_port()
             relay = subprocess.Popen([sys.executable, __file__, "--relay", str(relay_port), str(engine_port)],
@@ -844,8 +843,9 @@ def main() -> None:
                     below = floor() if args.repeat > 1 else []
                     for target, path, body, check in routes.values():
                         each_stream_count(target, w, port, path, body, check, server.pid)
-                        for f, r in zip(below, rows[-len(streams):], strict=True):
-                            pairs.setdefault((target, w, r.streams), []).append((f.cpu_us, r.cpu_us))
+                        if below:  # (none with one repetition, or without the relay)
+                            for f, r in zip(below, rows[-len(streams):], strict=True):
+                                pairs.setdefault((target, w, r.streams), []).append((f.cpu_us, r.cpu_us))
             finally:
                 stop(server, interrupt=bool(profile))
     finally:

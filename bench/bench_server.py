@@ -746,14 +746,15 @@ def main() -> None:
             return check
 
         engine_body = json.dumps({"prompt": [1, 2, 3], "stream": True}).encode()
-        def each_stream_count(target, workers, port, path, body, check, cpu_pid) -> None:
-            """One row per stream count, appended to `rows` (and printed)."""
+        def each_stream_count(target, workers, port, path, body, check, cpu_pid) -> list[Row]:
+            """One row per stream count, appended to `rows` (and printed); the new rows."""
             for n in streams:
                 rows.append(
                     measure(target, workers, n, max(args.requests, n), port, path, body, check, cpu_pid,
                             engine_port, len(ids))
                 )
                 print_rows(rows[-1:], header=len(rows) == 1)
+            return rows[-len(streams):]
 
         if not args.no_ceiling:
             each_stream_count("engine direct", "—", engine_port, "/v1/completions", engine_body, check_engine, None)
@@ -767,9 +768,8 @@ def main() -> None:
         def floor() -> list[Row]:
             if relay is None:
                 return []
-            each_stream_count("bare relay (floor)", "—", relay_port, "/v1/completions", engine_body,
-                              check_engine, relay.pid)
-            return rows[-len(streams):]
+            return each_stream_count("bare relay (floor)", "—", relay_port, "/v1/completions", engine_body,
+                                     check_engine, relay.pid)
 
         if args.repeat == 1:
             floor()
@@ -842,9 +842,9 @@ def main() -> None:
                 for _ in range(args.repeat):
                     below = floor() if args.repeat > 1 else []
                     for target, path, body, check in routes.values():
-                        each_stream_count(target, w, port, path, body, check, server.pid)
+                        got = each_stream_count(target, w, port, path, body, check, server.pid)
                         if below:  # (none with one repetition, or without the relay)
-                            for f, r in zip(below, rows[-len(streams):], strict=True):
+                            for f, r in zip(below, got, strict=True):
                                 pairs.setdefault((target, w, r.streams), []).append((f.cpu_us, r.cpu_us))
             finally:
                 stop(server, interrupt=bool(profile))

@@ -311,22 +311,24 @@ async def _spread(port: int, bodies: list[bytes], keys: list[str], server_pid: i
 
 
 # The phases `split_timeline` reports, between the stamps of bench/timeline/sitecustomize.py and
-# the client's: sent, prepare entered, preparation began, ended, prepare returned, stream
-# began, first output arrived.
-TIMELINE = ("intake (HTTP, body, parse)", "waiting for a preparation thread or the loop's turn", "preparation",
-            "back on the loop", "to the stream", "to the first output (engine, parse, write)")
+# the client's: sent, at the app, prepare entered, preparation began, ended, prepare returned,
+# stream began, engine request sent, first output arrived.
+TIMELINE = ("to the app (transfer, HTTP, its task to start)", "to its preparation (middleware, body, parse)",
+            "waiting for a preparation thread or the loop's turn", "preparation", "back on the loop", "to the stream",
+            "to the engine request (its connection, the write)", "to the first output (engine, parse, write)")
 
 
 def split_timeline(prefix: str, responses: list[Response], served: list[float]) -> str:
     """The mean ms of each TIMELINE phase over the burst's requests, and over its slowest tenth
     (by time to first token): its requests' stamps are read from the server's files (and removed),
     and matched to the responses by their x-request-id."""
-    stamps, on_loop = {}, 0
+    stamps, on_loop, opened = {}, 0, 0
     for path in Path(prefix).parent.glob(Path(prefix).name + ".*"):
         for line in path.read_text().splitlines():
             got = json.loads(line)
             stamps[got["id"]] = got["stamps"]
             on_loop += got["loop"]
+            opened += got["new_connection"]
         path.unlink()
     rows = []
     for r, ttft in zip(responses, served, strict=True):
@@ -341,7 +343,8 @@ def split_timeline(prefix: str, responses: list[Response], served: list[float]) 
     slow = rows[-max(len(rows) // 10, 1):]
     return "; ".join(f"{name} {sum(p[k] for _, p in rows) / len(rows):.1f} / {sum(p[k] for _, p in slow) / len(slow):.1f}"
                      for k, name in enumerate(TIMELINE)) + (f" (ms: mean / mean of the slowest tenth); {on_loop} of "
-                                                            f"{len(stamps)} prepared on the event loop")
+                                                            f"{len(stamps)} prepared on the event loop, {opened} "
+                                                            "engine connections opened for them")
 
 
 def _row(row) -> str:

@@ -278,17 +278,52 @@ _JSON_LEAVES = frozenset({str, int, float, bool, type(None)})  # (most values: n
 _JSON_CONTAINERS = frozenset({dict, list})  # (what a JSON decoder makes: no isinstance call for them either)
 
 
+# Values decoded once and shared by many request bodies (a caller's tools: server/known_tools.py),
+# with their nesting depth, by id: the depth check does not walk them again.
+SHARED_DEPTHS: dict[int, tuple[Any, int]] = {}
+
+
 def check_json_depth(value: Any, limit: int) -> None:
     """RequestError when objects and arrays nest deeper than `limit` (checked without recursion,
-    one level at a time: the containers of each level are gathered by one comprehension)."""
+    one level at a time: the containers of each level are gathered by one comprehension). A body's
+    `tools` that is a shared value (`SHARED_DEPTHS`) is not walked: its depth is known."""
+    tools = value.get("tools") if SHARED_DEPTHS and type(value) is dict else None
+    shared = SHARED_DEPTHS.get(id(tools)) if tools is not None else None
+    if shared is not None and shared[0] is tools:
+        if 1 + shared[1] > limit:
+            raise RequestError(json_depth_message(limit), code="too_deeply_nested")
+        _check_levels([c for c in value.values() if c is not tools and _is_container(c)], 1, limit)
+    else:
+        _check_levels([value] if isinstance(value, dict | list) else [], 0, limit)
+
+
+def json_depth(value: Any) -> int:
+    """How deep objects and arrays nest in `value` (0 for a scalar, 1 for an array of scalars)."""
     level = [value] if isinstance(value, dict | list) else []
     depth = 0
     while level:
         depth += 1
+        level = _next_level(level)
+    return depth
+
+
+def _is_container(c: Any) -> bool:
+    return type(c) in _JSON_CONTAINERS or (type(c) not in _JSON_LEAVES and isinstance(c, dict | list))
+
+
+def _check_levels(level: list, depth: int, limit: int) -> None:
+    """RequestError where the containers `level`, at `depth`, hold any nesting past `limit`."""
+    while level:
+        depth += 1
         if depth > limit:
             raise RequestError(json_depth_message(limit), code="too_deeply_nested")
-        level = [c for v in level for c in (v.values() if type(v) is dict or isinstance(v, dict) else v)
-                 if type(c) in _JSON_CONTAINERS or (type(c) not in _JSON_LEAVES and isinstance(c, dict | list))]
+        level = _next_level(level)
+
+
+def _next_level(level: list) -> list:
+    """The containers held by the containers `level`."""
+    return [c for v in level for c in (v.values() if type(v) is dict or isinstance(v, dict) else v)
+            if type(c) in _JSON_CONTAINERS or (type(c) not in _JSON_LEAVES and isinstance(c, dict | list))]
 
 
 def json_depth_message(limit: int) -> str:

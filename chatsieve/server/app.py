@@ -107,13 +107,14 @@ def create_app(config: ServerConfig, *, tokenizer: Any = None) -> Starlette:
     ) -> tuple[ParsedRequest, Generation] | Response:
         rid = request.scope.get(REQUEST_ID_KEY, "")
         try:
+            caller = caller_of(request.scope).id
             if off_loop:
-                parsed = await refusable(parse_body, raw, parse, service.limits)
+                parsed = await refusable(parse_body, raw, parse, service.limits, service.known_tools, caller)
             else:
-                parsed = parse_body(raw, parse, service.limits)
+                parsed = parse_body(raw, parse, service.limits, service.known_tools, caller)
             held.append(parsed)
             service.check_model(parsed.chat.model)
-            gen = await service.prepare(parsed.chat, caller_of(request.scope).id, small=not off_loop)
+            gen = await service.prepare(parsed.chat, caller, small=not off_loop)
             gen.request_id = rid
         except RequestError as e:
             if e.code == "too_deeply_nested":

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from chatsieve._json import loads
 from chatsieve._json import orjson as _orjson
 from chatsieve.protocols.common import ParsedRequest, RequestError, RequestLimits, json_depth_message
+from chatsieve.server.known_tools import KnownTools
 
 # A body this large is decoded and parsed in a worker thread, not on the event loop.
 OFF_LOOP_BYTES = 32 * 1024
@@ -79,10 +80,11 @@ def decode_body(raw: bytes) -> Any:
 
 
 def parse_body(raw: bytes, parse: Callable[[Any, RequestLimits], ParsedRequest],
-               limits: RequestLimits) -> ParsedRequest:
-    """A request body decoded and parsed; RequestError for invalid or too deeply nested JSON."""
+               limits: RequestLimits, known: KnownTools | None = None, caller: str = "") -> ParsedRequest:
+    """A request body decoded and parsed; RequestError for invalid or too deeply nested JSON. With
+    `known`, the tools `caller` sent before are not decoded again (server/known_tools.py)."""
     try:
-        body = decode_body(raw)
+        body = decode_body(raw) if known is None else known.decode(raw, caller, decode_body)
     except ValueError as e:
         raise RequestError(f"the request body is not valid JSON: {e}") from None
     except RecursionError:

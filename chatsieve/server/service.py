@@ -42,6 +42,7 @@ from chatsieve.server.client import EngineHTTP
 from chatsieve.server.config import ServerConfig
 from chatsieve.server.generation import Generation
 from chatsieve.server.intake import BIG_BODIES_AT_ONCE, refusable
+from chatsieve.server.known_tools import KnownTools
 from chatsieve.server.metrics import Metrics, observe_refusal
 from chatsieve.server.model_check import check_engine_kind, check_model, engine_model_path
 from chatsieve.server.pool import ReplicaPool
@@ -134,6 +135,7 @@ class ChatService:
         if self.max_model_len is None:
             log.warning("the model's context length is unknown: pass --max-model-len to check prompt lengths")
         self.limits = dataclasses.replace(config.limits, max_model_len=self.max_model_len)
+        self.known_tools = KnownTools()  # each caller's tools as it sent them: not decoded again
         self.vocab_size = self.tokenizer.hf.get_vocab_size(with_added_tokens=True)
         # --chat-template: read and checked once here (a bad file fails the start, not a request)
         self.chat_template = None if config.chat_template is None else load_chat_template(

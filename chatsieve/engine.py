@@ -3,6 +3,7 @@ emits events. Sans-I/O: `segment()` appends to `out`, `finish()` flushes."""
 
 from __future__ import annotations
 
+from . import shared
 from .args.base import Args, CallContext, End, Fail, Junk, RegionCodec, Start
 from .args.keys import FirstKeyWins, last_key_wins
 from .events import Dropped, ToolCallArgsDelta, ToolCallEnd, ToolCallStart
@@ -62,7 +63,7 @@ class Engine:
         self.thinking = spec.default_thinking if thinking is None else bool(thinking)
         self.stream_arguments = stream_arguments
         self.out: list = []  # events, and (kind, text, start, end) for text
-        self._tools = typing_schemas(tools)  # local `$ref`s followed where a value is typed
+        self._tools = shared.once(tools, "typing_schemas", typing_schemas)  # local `$ref`s followed where a value is typed
         self._content = FieldSink("content", self.out)
         self._reasoning = FieldSink("reasoning", self.out)
         self._filter = spec.content_filter(self.thinking) if spec.content_filter else None

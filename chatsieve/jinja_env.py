@@ -17,6 +17,7 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
+from . import shared
 from .prefix_cache import current_partition
 
 try:
@@ -38,14 +39,17 @@ def _to_json(
     """`tojson` as chat templates expect it: plain json.dumps, no HTML escaping; what a filter
     chain leaves as a generator (`tools | map(attribute='function') | tojson`, as llama.cpp's own
     templates write it, whose Jinja makes a list of it) is the list of its items. An object or
-    array comes from `_JSON_CACHE` when the same one was written before (`_cache_key`)."""
+    array comes from `_JSON_CACHE` when the same one was written before (`_cache_key`); one that
+    is shared (a caller's kept tools and each tool in them: chatsieve/shared.py) is written once."""
+    if type(value) in _CACHED and shared.is_shared(value) and _plain_options(ensure_ascii, indent, separators, sort_keys):
+        return shared.once(value, ("tojson", ensure_ascii, indent, separators, sort_keys), _dumps,
+                           ensure_ascii, indent, separators, sort_keys)
     key = _cache_key(value, ensure_ascii, indent, separators, sort_keys) if type(value) in _CACHED else None
     if key is not None:
         got = _JSON_CACHE.get(key)
         if got is not None:
             return got
-    out = json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
-                     default=_items)
+    out = _dumps(value, ensure_ascii, indent, separators, sort_keys)
     if key is not None:
         global _cached_bytes
         if _cached_bytes > _JSON_CACHE_BYTES:
@@ -78,15 +82,21 @@ _KEY_OPTIONS = (
 )
 
 
+def _dumps(value: Any, ensure_ascii: Any, indent: Any, separators: Any, sort_keys: Any) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_items)
+
+
+def _plain_options(ensure_ascii: Any, indent: Any, separators: Any, sort_keys: Any) -> bool:
+    """Whether tojson's options can be part of a key (hashable, of the types json.dumps takes)."""
+    return ((separators is None or type(separators) is tuple and all(type(x) is str for x in separators))
+            and type(indent) in _INDENTS
+            and type(ensure_ascii) is bool and type(sort_keys) is bool)
+
+
 def _cache_key(value: Any, ensure_ascii: Any, indent: Any, separators: Any, sort_keys: Any) -> tuple | None:
     """`_JSON_CACHE`'s key for writing `value` so, or None: not cached."""
-    if (
-        orjson is None
-        or not (separators is None or type(separators) is tuple)
-        or type(indent) not in _INDENTS
-        or type(ensure_ascii) is not bool
-        or type(sort_keys) is not bool
-    ):
+    if orjson is None or not _plain_options(ensure_ascii, indent, separators, sort_keys):
         return None
     try:
         spelled = orjson.dumps(value, option=_KEY_OPTIONS)

@@ -12,6 +12,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from . import shared
 from .engine import Engine
 from .events import (
     ContentDelta,
@@ -127,7 +128,7 @@ class StreamParser:
         self.tokenizer = tokenizer
         self._engine = (self.spec.engine or Engine)(
             self.spec,
-            tools=normalize_tools(tools),
+            tools=shared.once(tools, "normalize_tools", normalize_tools),
             thinking=thinking,
             prompt=prompt,
             stream_arguments=stream_arguments,

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chatsieve.protocols.common import SHARED_DEPTHS, RequestError, check_json_depth
+from chatsieve import shared
+from chatsieve.protocols.common import RequestError, check_json_depth
 from chatsieve.server import known_tools
 from chatsieve.server.intake import decode_body
 from chatsieve.server.known_tools import KnownTools
@@ -144,19 +145,22 @@ def test_tools_that_cannot_be_kept_are_tried_ever_more_rarely():
 def test_what_a_caller_keeps_is_bounded():
     kt = KnownTools()
     variants = [[{**_TOOL, "function": {**_TOOL["function"], "name": f"f{k}"}}] for k in range(6)]
+    learned = []
     for tools in variants:  # each sent twice: kept
         for user in "ab":
             kt.decode(_body(tools, user), "c", decode_body)
+        learned.append(kt._kept["c"][0].value)
     assert len(kt._kept["c"]) == known_tools.PER_CALLER
     assert [k.value for k in kt._kept["c"]] == variants[:1:-1], "not the newest, newest first"
     assert kt._kept_bytes == sum(len(k.raw) for k in kt._kept["c"])
-    kept_ids = {id(k.value) for k in kt._kept["c"]}
-    assert kept_ids <= set(SHARED_DEPTHS) and not {id(v) for v in variants[:2]} & set(SHARED_DEPTHS)
+    kept = [k.value for k in kt._kept["c"]]
+    assert all(shared.is_shared(v) for v in kept)
+    assert learned[:1:-1] == kept and not any(shared.is_shared(v) for v in learned[:2]), "values let go are still shared"
     with mock.patch.object(known_tools, "MAX_KEPT_BYTES", 1):
         for user in "ab":
             kt.decode(_body(variants[0], user), "d", decode_body)
     assert list(kt._kept) == ["d"], "the caller seen longest ago was not forgotten first"
-    assert not kept_ids & set(SHARED_DEPTHS)
+    assert not any(shared.is_shared(v) for v in kept)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -169,7 +173,7 @@ def test_the_depth_check_refuses_what_it_refused_without_the_kept_tools(tools, r
     with mock.patch.object(known_tools, "MIN_BYTES", 1), mock.patch.object(known_tools, "_HEAD", 1):
         bodies = [kt.decode(json.dumps({"rest": rest, "tools": tools, "n": n}).encode(), "c", decode_body)
                   for n in range(3)]
-    assert id(bodies[2]["tools"]) in SHARED_DEPTHS
+    assert shared.is_shared(bodies[2]["tools"])
     for body in (bodies[2], json.loads(json.dumps(bodies[2]))):  # kept, and decoded whole
         try:
             check_json_depth(body, limit)
@@ -223,17 +227,44 @@ def served():
 
 
 @pytest.mark.parametrize("route", sorted(_ROUTES))
-def test_each_route_prompts_the_same_with_the_kept_tools_and_changes_them_not(served, route):
+def test_each_route_prompts_the_same_with_the_kept_tools_and_changes_them_not(served, route, monkeypatch):
+    """... and what is derived from the tools alone (the route's own reading of them, the parser's
+    schemas, each tool's tojson in the prompt) is derived on the first request that has them kept,
+    not on the next."""
     import httpx
 
+    from chatsieve import engine as engine_module
+    from chatsieve import jinja_env
+    from chatsieve import parser as parser_module
+
+    derived: list[str] = []
+
+    def counted(module, name):
+        real = getattr(module, name)
+
+        def count(value, *args, **kw):
+            if shared.is_shared(value):
+                derived.append(name)
+            return real(value, *args, **kw)
+
+        monkeypatch.setattr(module, name, count)
+
+    counted(parser_module, "normalize_tools")
+    counted(engine_module, "typing_schemas")
+    counted(jinja_env, "_dumps")
     url, engine, service = served
     path, make = _ROUTES[route]
     raw = json.dumps(make("same tools")).encode()
     seen = len(engine.requests)
     kept_before = {id(k.value) for ks in service.known_tools._kept.values() for k in ks}
     snapshot, hits = None, service.known_tools.hits
-    for _ in range(4):
+    for n in range(4):
+        derived.clear()
         r = httpx.post(url + path, content=raw, headers={"content-type": "application/json"}, timeout=60)
+        if n == 2:
+            assert {"normalize_tools", "typing_schemas", "_dumps"} <= set(derived)
+        elif n == 3:
+            assert derived == [], f"derived again from the kept tools: {derived}"
         assert r.status_code == 200, r.text
         kept = [k for ks in service.known_tools._kept.values() for k in ks if id(k.value) not in kept_before]
         if kept:
@@ -243,3 +274,36 @@ def test_each_route_prompts_the_same_with_the_kept_tools_and_changes_them_not(se
     assert service.known_tools.hits - hits == 2, "the third and fourth bodies were not read with the kept tools"
     prompts = [json.dumps(payload.get("prompt")) for _, payload in engine.requests[seen:]]
     assert len(prompts) == 4 and len(set(prompts)) == 1, "the kept tools gave another prompt"
+
+
+# ------------------------------------------------------------------------------ chatsieve/shared.py
+
+
+def test_what_is_derived_from_a_shared_list_is_derived_once_and_let_go_with_it():
+    tools = [{"a": 1}, {"b": [2]}]
+    calls = []
+
+    def derive(value, *extra):
+        calls.append(extra)
+        return {"n": len(value)}, [dict(x) for x in value]
+
+    assert shared.once(tools, "d", derive) == ({"n": 2}, [{"a": 1}, {"b": [2]}]) and len(calls) == 1
+    assert shared.once(tools, "d", derive) is not shared.once(tools, "d", derive), "kept for a value not shared"
+    calls.clear()
+    shared.share(tools, 3)
+    try:
+        assert shared.depth(tools) == 3 and shared.is_shared(tools[0]) and shared.depth(tools[0]) is None
+        first = shared.once(tools, "d", derive, "x")
+        assert shared.once(tools, "d", derive, "x") is first and calls == [("x",)]
+        counts, copies = first
+        # what a derivation gives is shared in turn, and what is derived from it is kept too
+        assert shared.is_shared(counts) and shared.is_shared(copies) and shared.is_shared(copies[0])
+        again = shared.once(copies, "e", lambda v: [len(v)])
+        assert shared.once(copies, "e", lambda v: [0]) is again
+        with pytest.raises(ValueError):
+            shared.once(tools, "f", lambda v: (_ for _ in ()).throw(ValueError("no")))
+        assert shared.once(tools, "f", lambda v: "then") == "then", "a derivation that raised was kept"
+    finally:
+        shared.unshare(tools)
+    assert not any(shared.is_shared(v) for v in (tools, tools[0], counts, copies, copies[0], again))
+    assert shared.once(tools, "d", derive, "y") is not first

@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _json, prefix_cache
+from .. import _json, prefix_cache, shared
 from ..tokenizer import Tokenizer
 from .errors import PromptError
 from .template import format_spec
@@ -221,7 +221,11 @@ def _may_need_marks(delims: _Delimiters, msgs: Any, tools: Any, docs: Any, untru
     pattern = delims.maybe_marked
     if pattern is None:
         return True
-    if tools and decoded_json:  # a team's agents send the same tools: scanned once per content
+    if tools and shared.is_shared(tools):  # a caller's kept tools (chatsieve/shared.py): scanned once
+        if shared.once(tools, ("isolation scan", pattern.pattern), _scan_strings, pattern):
+            return True
+        tools = None
+    elif tools and decoded_json:  # a team's agents send the same tools: scanned once per content
         try:
             key = (pattern.pattern, _json.dumps(tools))
         except (TypeError, ValueError):
@@ -235,6 +239,10 @@ def _may_need_marks(delims: _Delimiters, msgs: Any, tools: Any, docs: Any, untru
             return True
         tools = None
     return _scan(pattern, _strings(msgs) + _strings(tools) + _strings(docs) + _strings(untrusted))
+
+
+def _scan_strings(value: Any, pattern: re.Pattern[str]) -> bool:
+    return _scan(pattern, _strings(value))
 
 
 def _scan(pattern: re.Pattern[str], strings: list[str]) -> bool:

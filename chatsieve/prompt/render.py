@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import shared
 from ..tokenizer import Tokenizer
 from .context import plain, plain_list, prepare_messages
 from .errors import PromptError, PromptTooLong, TemplateVariableError
@@ -93,7 +94,8 @@ def _prepare(messages, tokenizer, template, tools, documents, template_kwargs, r
     if tools is not None and not all(type(t) is dict or isinstance(t, Mapping) for t in tools):
         raise PromptError("tools must be a list of OpenAI tool dicts ({'type': 'function', 'function': {...}})")
     copy = list if decoded_json else plain_list
-    tools_p = copy(tools) if tools is not None else None
+    # (a caller's kept tools, chatsieve/shared.py, as they are: what is derived from them is kept)
+    tools_p = None if tools is None else tools if decoded_json and shared.is_shared(tools) else copy(tools)
     docs_p = copy(documents) if documents is not None else None
     if docs_p is not None and not all(isinstance(d, dict) for d in docs_p):
         raise PromptError("documents must be a list of dicts with 'title' and 'text' keys")

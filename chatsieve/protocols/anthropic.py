@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from chatsieve import shared
 from chatsieve._json import dumps, string
 from chatsieve.events import Event, ToolCallStart
 from chatsieve.messages import MessageError, normalize_messages, order_tool_results
@@ -180,7 +181,7 @@ def parse_messages_request(
     except MessageError as e:  # a result for a call the turn before did not make
         raise RequestError(str(e), param="messages") from None
 
-    tools, left_out, strict = _tools(get.value("tools"))
+    tools, left_out, strict = shared.once(get.value("tools"), "anthropic tools", _tools)
     tool_choice, parallel = _tool_choice(get.value("tool_choice"), tools)
     if get.value("mcp_servers"):
         raise RequestError(

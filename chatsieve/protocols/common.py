@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from chatsieve import shared
 from chatsieve._json import dumps
 from chatsieve.events import (
     ContentDelta,
@@ -188,7 +189,7 @@ class ChatRequest:
 
     def tool_call_filter(self) -> ToolCallFilter:
         """Calls may name only the functions the prompt offered (see the module docstring)."""
-        allowed = frozenset(n for n in map(tool_name, self.prompt_tools or ()) if n)
+        allowed = shared.once(self.prompt_tools, "tool names", _tool_names) if self.prompt_tools else frozenset()
         aliases = {called: name for called, name in self.tool_aliases if name in allowed}
         limits = [n for n in (None if self.parallel_tool_calls else 1, self.max_tool_calls) if n is not None]
         strict = None
@@ -278,19 +279,17 @@ _JSON_LEAVES = frozenset({str, int, float, bool, type(None)})  # (most values: n
 _JSON_CONTAINERS = frozenset({dict, list})  # (what a JSON decoder makes: no isinstance call for them either)
 
 
-# Values decoded once and shared by many request bodies (a caller's tools: server/known_tools.py),
-# with their nesting depth, by id: the depth check does not walk them again.
-SHARED_DEPTHS: dict[int, tuple[Any, int]] = {}
+def _tool_names(tools: list) -> frozenset[str]:
+    return frozenset(n for n in map(tool_name, tools) if n)
 
 
 def check_json_depth(value: Any, limit: int) -> None:
     """RequestError when objects and arrays nest deeper than `limit` (checked without recursion,
     one level at a time: the containers of each level are gathered by one comprehension). A body's
-    `tools` that is a shared value (`SHARED_DEPTHS`) is not walked: its depth is known."""
-    tools = value.get("tools") if SHARED_DEPTHS and type(value) is dict else None
-    shared = SHARED_DEPTHS.get(id(tools)) if tools is not None else None
-    if shared is not None and shared[0] is tools:
-        if 1 + shared[1] > limit:
+    `tools` that is a shared value (chatsieve/shared.py) is not walked: its depth is known."""
+    known = shared.depth(tools := value.get("tools")) if type(value) is dict else None
+    if known is not None:
+        if 1 + known > limit:
             raise RequestError(json_depth_message(limit), code="too_deeply_nested")
         _check_levels([c for c in value.values() if c is not tools and _is_container(c)], 1, limit)
     else:

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from chatsieve import shared
 from chatsieve._json import dumps, string
 from chatsieve.events import (
     ContentDelta,
@@ -91,8 +92,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
     if tools is not None:
         if not isinstance(tools, list):
             raise RequestError("'tools' must be an array", param="tools")
-        for i, t in enumerate(tools):
-            _check_tool(t, i)
+        shared.once(tools, "openai_chat tools checked", _check_tools)
         tools = tools or None
     tool_choice = _tool_choice(get.value("tool_choice"), tools)
 
@@ -151,7 +151,7 @@ def parse_chat_request(body: Any, limits: RequestLimits | None = None) -> ChatRe
         reasoning_effort=effort,
         effort=effort,
         # chat completions: a function is strict only with `strict: true` (OpenAI's default)
-        strict_tools=tuple(t["function"]["name"] for t in tools or () if t["function"].get("strict") is True),
+        strict_tools=shared.once(tools, "openai_chat strict tools", _strict_tools) if tools else (),
         reasoning_budget=_thinking_budget(get),
         top_k=None if top_k is None else max(top_k, 0),
         min_p=get.number("min_p", minimum=0.0, maximum=1.0),
@@ -215,6 +215,16 @@ def _check_message(m: Any, i: int) -> None:
         raise RequestError(
             f"{param}.role must be one of {', '.join(sorted(ROLES))}, got {role!r}", param=f"{param}.role"
         )
+
+
+def _check_tools(tools: list) -> bool:
+    for i, t in enumerate(tools):
+        _check_tool(t, i)
+    return True
+
+
+def _strict_tools(tools: list[dict]) -> tuple[str, ...]:
+    return tuple(t["function"]["name"] for t in tools if t["function"].get("strict") is True)
 
 
 def _check_tool(t: Any, i: int) -> None:

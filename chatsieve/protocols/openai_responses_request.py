@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from chatsieve import shared
 from chatsieve._json import dumps
 from chatsieve.messages import MessageError, normalize_messages, order_tool_results
 from chatsieve.protocols.common import (
@@ -209,7 +210,7 @@ def parse_responses_request(body: Any, limits: RequestLimits | None = None) -> R
         tools = []
     if not isinstance(tools, list):
         raise RequestError("'tools' must be an array", param="tools")
-    offered, left_out, namespaces = _tools(tools)
+    offered, left_out, namespaces = shared.once(tools, "responses tools", _tools)
     tool_choice, offered = _tool_choice(body.get("tool_choice"), offered, left_out)
 
     # above the room the prompt leaves, it is lowered to that room (ChatRequest.fit_max_tokens)

@@ -24,7 +24,8 @@ Why the body is the same as decoding it whole:
 The kept value is then the same object in every request that sent those bytes. Nothing changes it:
 no request data is changed anywhere (the immutable sandbox renders it as it is, the mutable one gets
 a copy), and a test sends such requests and checks the kept value after each. Its depth is known
-(`SHARED_DEPTHS`), so the depth check does not walk it again.
+(chatsieve/shared.py), so the depth check does not walk it again, and what is derived from it alone
+is derived once.
 
 The memo is per caller (the prompt cache's partition): how fast a body is read says nothing of what
 another API key sent. It is bounded: PER_CALLER values a caller, values of MIN_BYTES to MAX_BYTES,
@@ -39,7 +40,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from chatsieve.protocols.common import SHARED_DEPTHS, json_depth
+from chatsieve import shared
+from chatsieve.protocols.common import json_depth
 
 _KEY = b'"tools":'
 _SPACE = frozenset(b" \t\r\n")
@@ -131,7 +133,7 @@ class KnownTools:
                 self._kept[caller] = old
                 return
             self._kept[caller] = (kept, *old[: PER_CALLER - 1])
-            SHARED_DEPTHS[id(kept.value)] = (kept.value, kept.depth)
+            shared.share(kept.value, kept.depth)
             self._kept_bytes += len(kept.raw)
             self._forget(old[PER_CALLER - 1:])
             while self._kept_bytes > MAX_KEPT_BYTES and len(self._kept) > 1:
@@ -140,7 +142,7 @@ class KnownTools:
     def _forget(self, gone: tuple[_Kept, ...]) -> None:
         for k in gone:
             self._kept_bytes -= len(k.raw)
-            SHARED_DEPTHS.pop(id(k.value), None)
+            shared.unshare(k.value)
 
 
 def _with(raw: bytes, at: int, kept: _Kept, whole: Callable[[bytes], Any]) -> Any:

@@ -252,8 +252,15 @@ def test_same_ids_as_the_tokenizer_json_on_any_text(name, reference, text):
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(text=st.text(st.characters(codec="utf-8"), max_size=60))
+@given(text=st.text(st.characters(codec="utf-8", exclude_characters="\u2581"), max_size=60))
 def test_gemma4_decode_inverts_encode(text):
-    """Gemma 4's vocabulary (byte fallback, no normalisation but spaces) gives back any text."""
+    """Gemma 4's vocabulary (byte fallback, no normalisation but spaces) gives back any text but
+    "▁" (U+2581), the vocabulary's own spelling of a space: a space is written so before it is
+    looked up, so the two are one token (below)."""
     tok = gguf_tok("gemma-4")
     assert tok.decode(tok.encode(text)) == text
+
+
+def test_gemma4_reads_its_space_marker_as_a_space():
+    tok = gguf_tok("gemma-4")
+    assert tok.encode("a\u2581b") == tok.encode("a b") and tok.decode(tok.encode("\u2581")) == " "

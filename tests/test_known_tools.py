@@ -307,3 +307,20 @@ def test_what_is_derived_from_a_shared_list_is_derived_once_and_let_go_with_it()
         shared.unshare(tools)
     assert not any(shared.is_shared(v) for v in (tools, tools[0], counts, copies, copies[0], again))
     assert shared.once(tools, "d", derive, "y") is not first
+
+
+def test_the_bodys_own_tools_are_found_after_a_nested_tools_key():
+    """A message's tool input with a `tools` key comes before the body's own tools (messages first,
+    as Claude Code writes its bodies): learnt and read with the kept value all the same."""
+    kt, whole = KnownTools(), _Whole()
+
+    def body(user: str) -> bytes:
+        return json.dumps({"model": "m", "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "configure",
+                                               "input": {"tools": ["a", "b"]}}]},
+            {"role": "user", "content": user}], "tools": [_TOOL]}).encode()
+
+    for user in "abcd":
+        got = kt.decode(body(user), "c", whole)
+        assert repr(got) == repr(json.loads(body(user)))
+    assert whole.placeholder == 2 and kt.hits == 2

@@ -11,15 +11,17 @@ Why the body is the same as decoding it whole:
 
 - In valid JSON the bytes `"tools":` can only be an object's key `tools`: the quote before `tools`
   cannot close a string (a letter may not follow one) and so opens one, and a string followed by a
-  colon is a key. What follows the colon (and any whitespace) is that key's value.
+  colon is a key. What follows the colon (and any whitespace) is that key's value. The first few
+  such keys are looked at in order, since a nested one may come before the body's own.
 - The kept bytes are one whole JSON array (the standard library's decoder read exactly them), and an
   array ends at its own closing bracket: a value that begins with those bytes is those bytes.
 - A value replaced by another leaves every other value of the text as it was (JSON is context-free),
   and a text that fails to decode with the placeholder is decoded whole, for its own error.
 - The placeholder is a string holding a secret of this process, so no caller can write it. Where
   the decoded body's `tools` is that string, the replaced value was the body's own `tools`, and the
-  last one of that name (duplicate keys: the last counts, in both decoders). Anything else (the
-  bytes under a nested `tools`, a later `tools` key) is decoded whole.
+  last one of that name (duplicate keys: the last counts, in both decoders). Where it is not (the
+  bytes were under a nested `tools`), the next place is tried; a later `tools` key of the body's
+  own, or no place left, and the body is decoded whole.
 
 The kept value is then the same object in every request that sent those bytes. Nothing changes it:
 no request data is changed anywhere (the immutable sandbox renders it as it is, the mutable one gets
@@ -51,6 +53,7 @@ PER_CALLER = 4  # the tools a caller's agents send (several agents, one key)
 MAX_KEPT_BYTES = 32 << 20
 _HEAD = 256  # the bytes that say a caller sent its tools again: the second time, they are read alone
 _MAX_CALLERS_SEEN = 4096
+_MAX_PLACES = 4  # the `"tools":` keys looked at, in the order they come
 
 _SECRET = "chatsieve-kept-tools-" + secrets.token_hex(16)
 _PLACEHOLDER = json.dumps(_SECRET).encode()
@@ -70,61 +73,65 @@ class KnownTools:
     def __init__(self) -> None:
         self._kept: dict[str, tuple[_Kept, ...]] = {}  # by caller, newest first; oldest caller first
         self._kept_bytes = 0
-        self._last_head: dict[str, tuple[bytes, int]] = {}  # each caller's last tools not kept: their
-        # first bytes, and how many bodies in a row began them so
+        self._last_head: dict[str, tuple[frozenset[bytes], int]] = {}  # each caller's last body whose
+        # tools were not kept: the first bytes of its `tools` arrays, and how many bodies in a row had one so
         self._lock = threading.Lock()  # (bodies are decoded on the event loop and in worker threads)
         self.hits = 0  # bodies read with kept tools (for tests and the benchmarks)
 
     def decode(self, raw: bytes, caller: str, whole: Callable[[bytes], Any]) -> Any:
         """`whole(raw)` (a body's decoder), with the kept tools of `caller` not decoded again."""
-        at = raw.find(_KEY)
-        if at < 0:
+        places = _places(raw)
+        if not places:
             return whole(raw)
-        at += len(_KEY)
-        while at < len(raw) and raw[at] in _SPACE:
-            at += 1
-        if raw[at:at + 1] != b"[":
-            return whole(raw)
-        for kept in self._kept.get(caller, ()):
-            if raw.startswith(kept.raw, at):
-                body = _with(raw, at, kept, whole)
-                if body is not None:
-                    self.hits += 1
-                    return body
-                break
+        kept_ones = self._kept.get(caller, ())
+        for at in places:
+            for kept in kept_ones:
+                if raw.startswith(kept.raw, at):
+                    body = _with(raw, at, kept, whole)
+                    if body is not None:
+                        self.hits += 1
+                        return body
+                    break  # (not the body's own tools: the next place, if any)
         body = whole(raw)
         tools = body.get("tools") if type(body) is dict else None
         if type(tools) is list and tools:
-            self._seen(raw, at, caller, tools)
+            self._seen(raw, places, caller, tools)
         return body
 
-    def _seen(self, raw: bytes, at: int, caller: str, tools: list) -> None:
-        """Tools `caller` sent that were not kept: where its last ones began with the same bytes,
-        they are read alone and kept. Tried on the 1st, 2nd, 4th, 8th, ... such body in a row, so
-        a caller whose tools cannot be kept (too short or long, NaN in them) or change every time
-        after the same beginning pays for the reading on fewer and fewer of its requests."""
-        head = raw[at:at + _HEAD]
+    def _seen(self, raw: bytes, places: list[int], caller: str, tools: list) -> None:
+        """Tools `caller` sent that were not kept: where a `tools` array of its last body began with
+        the same bytes as one of this body's, the one at `places` that is the body's own is read
+        alone and kept.
+        Tried on the 1st, 2nd, 4th, 8th, ... such body in a row, so a caller whose tools cannot be
+        kept (too short or long, NaN in them) or change every time after the same beginning pays
+        for the reading on fewer and fewer of its requests."""
+        heads = frozenset(raw[at:at + _HEAD] for at in places)
         last = self._last_head.get(caller)
-        if last is None or last[0] != head:
+        if last is None or not last[0] & heads:
             with self._lock:
                 if len(self._last_head) >= _MAX_CALLERS_SEEN:
                     self._last_head.clear()
-                self._last_head[caller] = (head, 0)
+                self._last_head[caller] = (heads, 0)
             return
         n = last[1] + 1
-        self._last_head[caller] = (head, n)
-        if n & (n - 1) or len(raw) - at < MIN_BYTES:
+        self._last_head[caller] = (heads, n)
+        if n & (n - 1):
             return
-        try:
-            text = raw[at:].decode("utf-8", "surrogatepass")  # (as json.loads decodes a body)
-            value, end = _DECODER.raw_decode(text)
-        except (UnicodeDecodeError, ValueError, RecursionError):
+        for at in places:
+            if len(raw) - at < MIN_BYTES:
+                break
+            try:
+                text = raw[at:].decode("utf-8", "surrogatepass")  # (as json.loads decodes a body)
+                value, end = _DECODER.raw_decode(text)
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                return
+            if type(value) is not list or value != tools:
+                continue  # (a nested `tools`: the body's own may be at a later place)
+            spelled = text[:end]
+            n = end if spelled.isascii() else len(spelled.encode("utf-8", "surrogatepass"))
+            if MIN_BYTES <= n <= MAX_BYTES:
+                self._keep(caller, _Kept(raw[at:at + n], value, json_depth(value)))
             return
-        spelled = text[:end]
-        n = end if spelled.isascii() else len(spelled.encode("utf-8", "surrogatepass"))
-        if not MIN_BYTES <= n <= MAX_BYTES or type(value) is not list or value != tools:
-            return
-        self._keep(caller, _Kept(raw[at:at + n], value, json_depth(value)))
 
     def _keep(self, caller: str, kept: _Kept) -> None:
         with self._lock:
@@ -143,6 +150,21 @@ class KnownTools:
         for k in gone:
             self._kept_bytes -= len(k.raw)
             shared.unshare(k.value)
+
+
+def _places(raw: bytes) -> list[int]:
+    """Where the arrays of the body's first _MAX_PLACES `"tools":` keys begin: the body's own may
+    come after a nested one (a message's tool input with a `tools` key, when messages come first)."""
+    places: list[int] = []
+    at = raw.find(_KEY)
+    while at >= 0 and len(places) < _MAX_PLACES:
+        at += len(_KEY)
+        while at < len(raw) and raw[at] in _SPACE:
+            at += 1
+        if raw[at:at + 1] == b"[":
+            places.append(at)
+        at = raw.find(_KEY, at)
+    return places
 
 
 def _with(raw: bytes, at: int, kept: _Kept, whole: Callable[[bytes], Any]) -> Any:

@@ -48,9 +48,9 @@ from chatsieve.protocols.common import json_depth
 _KEY = b'"tools":'
 _SPACE = frozenset(b" \t\r\n")
 MIN_BYTES = 1024  # tools shorter than this are decoded as they come: not worth a memo
-MAX_BYTES = 1 << 20
+MAX_BYTES = 512 << 10
 PER_CALLER = 4  # the tools a caller's agents send (several agents, one key)
-MAX_KEPT_BYTES = 32 << 20
+MAX_KEPT_BYTES = 8 << 20  # of tools as sent: decoded, about 4.5 times that (the bench's), more with what is derived
 _HEAD = 256  # the bytes that say a caller sent its tools again: the second time, they are read alone
 _MAX_CALLERS_SEEN = 4096
 _MAX_PLACES = 4  # the `"tools":` keys looked at, in the order they come
@@ -101,10 +101,9 @@ class KnownTools:
     def _seen(self, raw: bytes, places: list[int], caller: str, tools: list) -> None:
         """Tools `caller` sent that were not kept: where a `tools` array of its last body began with
         the same bytes as one of this body's, the one at `places` that is the body's own is read
-        alone and kept.
-        Tried on the 1st, 2nd, 4th, 8th, ... such body in a row, so a caller whose tools cannot be
-        kept (too short or long, NaN in them) or change every time after the same beginning pays
-        for the reading on fewer and fewer of its requests."""
+        alone and kept. Tried on the 1st, 2nd, 4th, 8th, ... such body in a row, so a caller whose
+        tools cannot be kept (too short or long, NaN in them) or change every time after the same
+        beginning pays for the reading on fewer and fewer of its requests."""
         heads = frozenset(raw[at:at + _HEAD] for at in places)
         last = self._last_head.get(caller)
         if last is None or not last[0] & heads:
@@ -128,9 +127,9 @@ class KnownTools:
             if type(value) is not list or value != tools:
                 continue  # (a nested `tools`: the body's own may be at a later place)
             spelled = text[:end]
-            n = end if spelled.isascii() else len(spelled.encode("utf-8", "surrogatepass"))
-            if MIN_BYTES <= n <= MAX_BYTES:
-                self._keep(caller, _Kept(raw[at:at + n], value, json_depth(value)))
+            size = end if spelled.isascii() else len(spelled.encode("utf-8", "surrogatepass"))
+            if MIN_BYTES <= size <= MAX_BYTES:
+                self._keep(caller, _Kept(raw[at:at + size], value, json_depth(value)))
             return
 
     def _keep(self, caller: str, kept: _Kept) -> None:

@@ -69,6 +69,7 @@ def test_every_body_reads_as_json_loads_reads_it(tools, before, after, where, as
     where they can be), shaped every way the placeholder could land elsewhere."""
     tools_text = _spell(tools, ascii, spaced)
     kt, whole = KnownTools(), _Whole()
+    others_name_tools = False
     # (tools this short are not kept: MIN_BYTES is above _HEAD, the bytes that say they came again)
     with mock.patch.object(known_tools, "MIN_BYTES", 1), mock.patch.object(known_tools, "_HEAD", 1):
         for i, rest in enumerate(after):
@@ -86,9 +87,12 @@ def test_every_body_reads_as_json_loads_reads_it(tools, before, after, where, as
                 parts.append('"tools":' + tools_text[:-1] + (",0]" if tools_text != "[]" else "0]"))
             text = "{" + sep.join(parts) + ("" if where == "broken" and i == 2 else "}")
             _decode_as_json_loads(kt, _encode(text), whole=whole)
-            first = text.find('"tools":') == text.find(key + tools_text)  # (not under another key first)
-    if first and where in ("top", "spaces") and "tools" not in before and not any("tools" in r for r in after) and not any(json.dumps(t) != json.dumps(json.loads(json.dumps(t))) for t in tools):
-        assert whole.placeholder == 1, "the third body was not read with the kept tools"
+            others_name_tools = others_name_tools or '"tools"' in head + tail
+    # Where nothing else names `tools` (a nested key of ours first is fine) and the tools equal
+    # themselves decoded again (no NaN), the third body was read with the kept tools.
+    reads_back = all(json.dumps(t) == json.dumps(json.loads(json.dumps(t))) for t in tools)
+    if where in ("top", "spaces", "nested first") and not others_name_tools and reads_back:
+        assert whole.placeholder >= 1 and kt.hits == 1, "the third body was not read with the kept tools"
 
 
 _TOOL = {"type": "function", "function": {"name": "write_file", "description": "Write a file. " * 100,

@@ -165,6 +165,9 @@ def test_what_a_caller_keeps_is_bounded():
             kt.decode(_body(variants[0], user), "d", decode_body)
     assert list(kt._kept) == ["d"], "the caller seen longest ago was not forgotten first"
     assert not any(shared.is_shared(v) for v in kept)
+    last = kt._kept["d"][0].value
+    kt.clear()  # (the server stops)
+    assert kt._kept == {} and kt._kept_bytes == 0 and not shared.is_shared(last)
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)

@@ -98,6 +98,13 @@ class KnownTools:
             self._seen(raw, places, caller, tools)
         return body
 
+    def clear(self) -> None:
+        """Forget every caller's tools (the server stops): they are no longer shared."""
+        with self._lock:
+            while self._kept:
+                self._forget(self._kept.pop(next(iter(self._kept))))
+            self._last_head.clear()
+
     def _seen(self, raw: bytes, places: list[int], caller: str, tools: list) -> None:
         """Tools `caller` sent that were not kept: where a `tools` array of its last body began with
         the same bytes as one of this body's, the one at `places` that is the body's own is read

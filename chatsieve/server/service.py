@@ -203,6 +203,7 @@ class ChatService:
             self.probe = None
 
     async def stop(self) -> None:
+        self.known_tools.clear()
         if self._preparers is not None:
             self._preparers.shutdown(wait=False)
         if self.backend is not None:

@@ -291,7 +291,7 @@ def check_json_depth(value: Any, limit: int) -> None:
     if known is not None:
         if 1 + known > limit:
             raise RequestError(json_depth_message(limit), code="too_deeply_nested")
-        _check_levels([c for c in value.values() if c is not tools and _is_container(c)], 1, limit)
+        _check_levels([c for c in _next_level([value]) if c is not tools], 1, limit)
     else:
         _check_levels([value] if isinstance(value, dict | list) else [], 0, limit)
 
@@ -304,10 +304,6 @@ def json_depth(value: Any) -> int:
         depth += 1
         level = _next_level(level)
     return depth
-
-
-def _is_container(c: Any) -> bool:
-    return type(c) in _JSON_CONTAINERS or (type(c) not in _JSON_LEAVES and isinstance(c, dict | list))
 
 
 def _check_levels(level: list, depth: int, limit: int) -> None:

@@ -245,23 +245,29 @@ class StreamParser:
         return self._run(pieces)
 
     def take_id(self, tid: int) -> str | None:
-        """`feed(token_ids=[tid])` where the hot lane takes `tid` as it is (its text known, nothing
-        held back): the same state, and the text of the one delta `feed` would return, of the
-        kind `lane` names (``ReasoningDelta`` or ``ContentDelta``); or "" where `tid` only adds
-        to the held arguments of a call (`_take_held_args`: `feed` would return no event). None
-        anywhere else, nothing taken. For a caller that writes the text on without the delta
-        object (the server's stream)."""
+        """`feed(token_ids=[tid])` where the hot lane takes `tid` (`_hot_id`): the same state, and
+        the text of the deltas `feed` would return, joined, all of the kind `lane` names
+        (``ReasoningDelta`` or ``ContentDelta``): more than one where whitespace the lane held
+        back goes out before it, "" where it holds `tid`'s whitespace back. Also "" where `tid`
+        only adds to the held arguments of a call (`_take_held_args`: `feed` would return no
+        event). None anywhere else, nothing taken. For a caller that writes the text on without
+        the delta objects (the server's stream): a stream encoder joins adjacent deltas of one
+        kind into one, so the joined text is what it would write."""
         hot = self._hot
-        if hot is None:
-            return self._take_held_args(tid) if self._warm is None and self._hot_ok else None
+        if hot is None and self._warm is None:
+            return self._take_held_args(tid) if self._hot_ok else None
         if not self._hot_ids or tid in self._hot_stops:
             return None
-        text = self._hot_texts.get(tid)
-        if not text:
+        if hot is not None:
+            text = self._hot_texts.get(tid)
+            if text:  # (the usual id, as `feed` takes it inline)
+                hot.append(text)
+                self._hot_k += 1
+                return text
+        events = self._hot_id(tid)
+        if events is None:
             return None
-        hot.append(text)
-        self._hot_k += 1
-        return text
+        return events[0].text if len(events) == 1 else "".join([e.text for e in events])
 
     def _take_held_args(self, tid: int) -> str | None:
         """`take_id` inside the arguments of a call that are held until it ends (no

@@ -4,6 +4,7 @@ themselves on random outputs, and that the lane is really taken)."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -122,19 +123,27 @@ def test_same_events_in_token_mode(fmt, data):
         assert _merged(fast) == _merged(full)
 
 
-def _taking(p: StreamParser, ids: list[int]) -> tuple[list, int]:
+def _taking(p: StreamParser, ids: list[int], twin: StreamParser) -> tuple[list, int]:
     """The events of feeding `ids` one by one, each through `take_id` where it takes it (the
-    server's text lane), and how many it took."""
+    server's text lane), and how many it took. `twin`, a parser made as `p` was, is fed each id
+    with `feed`: where `take_id` takes an id, its text must be `feed`'s deltas joined, all of the
+    kind `lane` names (their events are what is returned); elsewhere `p.feed` must give what
+    `twin.feed` gives."""
     events, taken = [], 0
     for t in ids:
         text = p.take_id(t)
+        want = twin.feed(token_ids=[t])
         if text is None:
-            events += p.feed(token_ids=[t])
-            continue
-        if text:  # ("": added to a call's held arguments, no event)
-            events.append(ReasoningDelta(text) if p.lane == "reasoning" else ContentDelta(text))
-        taken += 1
-    return _norm(events + p.finish()), taken
+            assert _norm(p.feed(token_ids=[t])) == _norm(want)
+        else:
+            kind = ReasoningDelta if p.lane == "reasoning" else ContentDelta
+            assert all(type(e) is kind for e in want), want
+            assert "".join(e.text for e in want) == text, (want, text)
+            taken += 1
+        events += want
+    finished = p.finish()
+    assert _norm(finished) == _norm(twin.finish())
+    return _norm(events + finished), taken
 
 
 @pytest.mark.parametrize("fmt", sorted(FRAGMENTS))
@@ -148,7 +157,8 @@ def test_take_id_is_feed_of_that_id_where_it_takes_it(fmt, data):
     ids = tok.encode("".join(data.draw(st.lists(st.sampled_from(FRAGMENTS[fmt]), max_size=30))))
     stop_ids = sorted(data.draw(st.sets(st.sampled_from(ids), max_size=2))) if ids else []
     opts = {"thinking": data.draw(st.booleans()), "stop": data.draw(STOPS), "stop_token_ids": stop_ids}
-    events, _ = _taking(StreamParser(fmt, tools=TOOLS, tokenizer=tok, **opts), ids)
+    make = functools.partial(StreamParser, fmt, tools=TOOLS, tokenizer=tok, **opts)
+    events, _ = _taking(make(), ids, make())
     assert events == _run(fmt, [[t] for t in ids], False, tok, **opts)
 
 
@@ -156,12 +166,12 @@ def test_take_id_takes_the_ids_of_the_open_reasoning_and_content():
     tok = _tokenizer("qwen3")
     ids = tok.encode("<think>the file the file the file</think>the file the file the file<|im_end|>")
     p = StreamParser("qwen3", tools=TOOLS, tokenizer=tok)
-    events, taken = _taking(p, ids)
+    events, taken = _taking(p, ids, StreamParser("qwen3", tools=TOOLS, tokenizer=tok))
     assert taken >= 6  # the repeats of " the" and " file" on either side
     assert p.message.reasoning == "the file the file the file"
     assert p.message.content == "the file the file the file"
-    with_stop = StreamParser("qwen3", tools=TOOLS, tokenizer=tok, stop=["zz"])
-    assert _taking(with_stop, ids) == (events, 0)  # stop strings: never (the text must be matched)
+    with_stop = functools.partial(StreamParser, "qwen3", tools=TOOLS, tokenizer=tok, stop=["zz"])
+    assert _taking(with_stop(), ids, with_stop()) == (events, 0)  # stop strings: never (the text must be matched)
 
 
 # a call to write_file whose path is "the file the file the file", in each family's syntax
@@ -185,13 +195,14 @@ def test_take_id_takes_the_ids_of_a_held_argument_string(fmt):
     tok = _tokenizer(fmt)
     ids = tok.encode(HELD_CALLS[fmt].format(p="the file the file the file"))
     opts = {"thinking": False}
-    events, taken = _taking(StreamParser(fmt, tools=TOOLS, tokenizer=tok, **opts), ids)
+    make = functools.partial(StreamParser, fmt, tools=TOOLS, tokenizer=tok, **opts)
+    events, taken = _taking(make(), ids, make())
     assert events == _run(fmt, [[t] for t in ids], False, tok, **opts)
     [call] = [e for e in events if isinstance(e, ToolCallArgsDelta)]
     assert json.loads(call.json_text) == {"path": "the file the file the file"}
     assert taken >= 4, taken  # the repeats of " the" and " file" inside the string
-    streamed = StreamParser(fmt, tools=TOOLS, tokenizer=tok, stream_arguments=True, **opts)
-    assert _taking(streamed, ids)[1] == 0
+    streamed = functools.partial(make, stream_arguments=True)
+    assert _taking(streamed(), ids, streamed())[1] == 0
 
 
 @pytest.mark.parametrize("fmt", ["qwen3", "gpt_oss", "deepseek_v31", "kimi_k2"])

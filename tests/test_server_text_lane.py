@@ -55,8 +55,9 @@ TOOL = {
         "additionalProperties": False,
     },
 }
-REASONING = "The user wants the notes written down, so I will write them to the file first."
-CONTENT = "I will write the notes to the file now, and then tell you what it holds."
+# (with whitespace runs inside: the lane holds them back, and sends them with the text after them)
+REASONING = "The user wants the notes written down,\n\nso I will write them to the file first.  Then check."
+CONTENT = "I will write the notes to the file now,\nand then tell you what it holds.\n\n  It is short."
 ARGS = {"path": "/tmp/notes.txt", "content": "Meeting at ten. Bring the plans and the budget."}
 
 
@@ -252,13 +253,15 @@ def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[by
         connections.append(conn)
         return conn, False
 
-    taken, held, requests = [0], [0], [0]
+    taken, held, spaced, requests = [0], [0], [0], [0]
     take_id = StreamParser.take_id
 
     def counting(self, tid):
+        warm = self._warm is not None  # (whitespace held back: the text after it goes with it)
         text = take_id(self, tid)
         taken[0] += text is not None
         held[0] += text == ""
+        spaced[0] += warm and text is not None
         return text
 
     async def go() -> tuple[bytes, bytes]:
@@ -280,7 +283,7 @@ def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[by
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(engine_client.EngineHTTP, "_connection", connection))
         lane, layered = asyncio.run(go())
-    return normalized(lane), normalized(layered), taken[0], held[0], requests[0]
+    return normalized(lane), normalized(layered), taken[0], held[0], spaced[0], requests[0]
 
 
 def reads(sizes: list[int]) -> st.SearchStrategy:
@@ -315,11 +318,13 @@ def test_the_text_lane_writes_what_the_layered_path_writes(fmt, route, variant, 
     @given(cuts=st.tuples(*(reads([len(e) for e in s]) for s in scripts)),
            slow=st.lists(st.booleans(), min_size=1, max_size=40))
     def check(cuts, slow):
-        lane, layered, taken, held, requests = both_ways(fmt, kind, body, route, scripts, list(cuts), slow)
+        lane, layered, taken, held, spaced, requests = both_ways(fmt, kind, body, route, scripts, list(cuts), slow)
         assert lane == layered
         assert taken > 0, "the lane took no token: the comparison proves nothing"
         if variant in ("plain", "strict"):  # (the others end before the call)
             assert held > 0, "the lane took no token of the call's arguments"
+            if fmt == "qwen3":  # (gpt-oss: harmony's own lane)
+                assert spaced > 0, "the lane took no token after whitespace it held back"
         assert requests == (2 if variant == "budget" else 1)  # the budget's second engine request
 
     check()

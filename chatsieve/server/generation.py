@@ -295,7 +295,7 @@ class Generation:
             produced.append(tid)
             if not self._past_reasoning:
                 self.reasoning_tokens += 1
-            if not text:  # added to a call's arguments, which go out with its end: nothing to send
+            if not text:  # whitespace the lane holds back, or added to a call's held arguments: nothing to send
                 return True
             kind = parser.lane
             if kind == "content":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from . import shared
@@ -36,6 +36,9 @@ _HOT_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _SPACED_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _MAKE = {"reasoning": delta_maker(ReasoningDelta), "content": delta_maker(ContentDelta)}
 _WS = " \t\r\n"
+# The most ids the hot lane holds for one character cut over several tokens (`_take_bytes`): UTF-8
+# has at most four bytes a character, and a token at least one.
+_MAX_PARKED = 4
 
 
 def resolve_gates(spec: FormatSpec, tokenizer: Any) -> tuple[dict[str, int | None], tuple[GatedText, ...]]:
@@ -168,6 +171,10 @@ class StreamParser:
         # ... or that list while the lane holds back whitespace (`_hot_held`; see `_spaced`)
         self._warm: list[str] | None = None
         self._hot_held: list[str] = []
+        # ... or that list while the lane holds the first bytes of a character (`_take_bytes`)
+        self._parked: list[str] | None = None
+        self._parked_ids: list[int] = []
+        self._parked_bytes = b""
         self._hot_bare = False  # whether the field's text goes straight to its FieldSink
         self._hot_make = _MAKE["content"]
         self.lane = "content"  # the kind of delta the hot lane makes: "reasoning" or "content"
@@ -178,6 +185,11 @@ class StreamParser:
         self._hot_stops = self._stops.stop_ids if self._stops is not None else frozenset()
         self._hot_texts: dict[int, str] = {}
         self._spaced_texts: dict[int, str] = {}
+        # a byte-level vocabulary's ordinary tokens' bytes (`_take_bytes`), else None
+        self._lane_bytes: Callable[[int], bytes] | None = None
+        if tokenizer is not None and getattr(tokenizer, "byte_level", False):
+            self._lane_bytes = tokenizer.token_bytes
+            self._is_added = tokenizer.is_added
         if tokenizer is not None:
             key = self._hot_re.pattern if self._hot_re else None
             self._hot_texts = _HOT_TEXTS.setdefault(tokenizer, {}).setdefault(key, {})
@@ -227,6 +239,13 @@ class StreamParser:
                 if got is not None:
                     return got
             self._cool()
+        elif self._parked is not None:
+            # the hot lane, holding the first bytes of a character
+            if token_ids is not None and logprobs is None and len(token_ids) == 1:
+                got = self._hot_id(token_ids[0])
+                if got is not None:
+                    return got
+            self._cool()
         if self._done:
             raise ValueError("feed() after finish(): start a new StreamParser for a new output")
         if token_ids is not None:
@@ -254,7 +273,7 @@ class StreamParser:
         the delta objects (the server's stream): a stream encoder joins adjacent deltas of one
         kind into one, so the joined text is what it would write."""
         hot = self._hot
-        if hot is None and self._warm is None:
+        if hot is None and self._warm is None and self._parked is None:
             return self._take_held_args(tid) if self._hot_ok else None
         if not self._hot_ids or tid in self._hot_stops:
             return None
@@ -347,7 +366,7 @@ class StreamParser:
         detok = self._detok
         events: list[Event] = []
         for tid in token_ids:
-            if self._hot is not None or self._warm is not None:
+            if self._hot is not None or self._warm is not None or self._parked is not None:
                 got = self._hot_id(tid)
                 if got is not None:
                     events += got
@@ -396,6 +415,8 @@ class StreamParser:
         """The hot lane for one token id (see `feed`): its events, or None, nothing taken."""
         if not self._hot_ids or tid in self._hot_stops:
             return None
+        if self._parked is not None:
+            return self._take_bytes(tid)
         text = self._hot_texts.get(tid)
         if text is None:
             # The lane's text of this id anywhere nothing is pending (the detokenizer's
@@ -411,6 +432,8 @@ class StreamParser:
             hot.append(text)
             self._hot_k += 1
             return [self._hot_make(text)]
+        if self._lane_bytes is not None and self._detok.plain(tid) is None:
+            return self._take_bytes(tid)  # (a token of a character cut over several)
         if not self._hot_bare:
             return None
         text = self._spaced_texts.get(tid)
@@ -421,6 +444,61 @@ class StreamParser:
                 text = ""
             self._spaced_texts[tid] = text
         if not text:
+            return None
+        return self._spaced(hot if hot is not None else self._warm, text)
+
+    def _take_bytes(self, tid: int) -> list[Event] | None:
+        """The hot lane for an id of a byte-level vocabulary whose bytes end inside a character,
+        or complete the one it holds (a CJK character or an emoji cut over two or three tokens):
+        held, as the detokenizer holds them (no event), until the id that completes the character;
+        then the text of all of them, the detokenizer's piece, is taken as the lane takes a token's
+        text. None where the bytes are not valid UTF-8, the held ids are too many or the text is
+        not the lane's (a marker character), nothing taken; `_cool` then hands the held ids to the
+        detokenizer, which is then as if it had been fed them."""
+        if self._lane_bytes is None or self._is_added(tid) or len(self._parked_ids) >= _MAX_PARKED:
+            return None
+        data = self._parked_bytes + self._lane_bytes(tid)
+        parked = self._parked
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if e.reason != "unexpected end of data" or e.end != len(data):
+                return None  # (invalid: the detokenizer's replacement characters)
+            if parked is None:  # the lane's first id of the character
+                self._parked = self._hot if self._hot is not None else self._warm
+                self._hot = self._warm = None
+            self._parked_ids.append(tid)
+            self._parked_bytes = data
+            return []
+        if parked is None or not text:
+            return None
+        self._parked = None  # back to the lane (warm where it holds whitespace back)
+        if self._hot_held:
+            self._warm = parked
+        else:
+            self._hot = parked
+        events = self._lane_text(text)
+        if events is None:
+            self._hot = self._warm = None
+            self._parked = parked
+            return None
+        self._parked_ids = []
+        self._parked_bytes = b""
+        return events
+
+    def _lane_text(self, text: str) -> list[Event] | None:
+        """The hot lane for `text` (not empty), as `_hot_id` takes a token's: its events, or None
+        (a marker character; whitespace at its end where the lane is not `bare`), nothing taken."""
+        if self._hot_re is not None and self._hot_re.search(text):
+            return None
+        hot = self._hot
+        if text[-1] not in _WS:
+            if hot is None:
+                return self._spaced(self._warm, text)
+            hot.append(text)
+            self._hot_k += 1
+            return [self._hot_make(text)]
+        if not self._hot_bare:
             return None
         return self._spaced(hot if hot is not None else self._warm, text)
 
@@ -450,10 +528,12 @@ class StreamParser:
 
     def _cool(self) -> None:
         """Leave the hot lane: the stages take the run of text it took as one delta of
-        the fast lane, which changes their state as the deltas one by one would have, and
-        then the whitespace it held back, as segments."""
-        hot, k = (self._hot if self._hot is not None else self._warm), self._hot_k
-        self._hot, self._warm, self._hot_k = None, None, 0
+        the fast lane, which changes their state as the deltas one by one would have, then
+        the whitespace it held back, as segments, and the detokenizer the ids of a character
+        it holds the first bytes of."""
+        hot = self._hot if self._hot is not None else self._warm if self._warm is not None else self._parked
+        k = self._hot_k
+        self._hot, self._warm, self._parked, self._hot_k = None, None, None, 0
         if k:
             text = "".join(hot[-k:])
             start = self._lexer.take_plain(text)
@@ -465,6 +545,9 @@ class StreamParser:
                 start = self._lexer.take_plain(ws)
                 self._engine.segment(Text(ws, start))
                 self._pos += len(ws)
+        if self._parked_ids:  # the first bytes of a character: the detokenizer holds them now
+            ids, self._parked_ids, self._parked_bytes = self._parked_ids, [], b""
+            self._detok.feed(ids)  # (no piece: the character is not whole)
 
     def _run(self, pieces: list[Piece], final: bool = False, cut: bool = True) -> list[Event]:
         if self._stops is not None:

@@ -31,35 +31,44 @@ TOOLS = [
 
 # Pieces of model output for three families: markers, quoting and escaping characters,
 # whitespace, and words; random sequences of them are outputs both paths must agree on.
+#
+# characters a byte-level vocabulary cuts over two or three tokens (which, varies by family)
+CUT = [" 天", "𝔘", "鼯鼠", "🙂"]
 FRAGMENTS = {
     "qwen3": [
         "<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>",
         '{"name": "write_file", "arguments": {"path": "', '", "n": 3}}', '"', "\\", "\\n", "\\u00e9",
         " the", " file", "中文", "\n", "\n\n", " ", "<", "tool", "{", "}",
+        *CUT,
     ],
     "qwen3_coder": [
         "<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_end|>", "<function=write_file>",
         "</function>", "<parameter=path>", "<parameter=n>", "</parameter>", "\n", " the", " file",
         '"', "\\", "中文", "<", "3", "\n\n", "para", "meter>",
+        *CUT,
     ],
     "gemma4": [
         "<|channel>", "thought\n", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<turn|>",
         "call:write_file{path:", ",n:3}", '"', "\\", " the", " file", "中文", "\n", " ", "<", "thought", "{", "}",
+        *CUT,
     ],
     "gpt_oss": [
         "<|start|>", "assistant", "<|channel|>", "analysis", "commentary", "final", "<|message|>", "<|end|>",
         "<|call|>", "<|return|>", "<|constrain|>", " to=functions.write_file", "json", '{"path": "', '", "n": 3}',
         '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}",
+        *CUT,
     ],
     "deepseek_v31": [
         "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>",
         "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>", "<｜end▁of▁sentence｜>", "write_file", '{"path": "',
         '", "n": 3}', '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}", "。 ", " a \n", "  ",
+        *CUT,
     ],
     "kimi_k2": [
         "<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>", "functions.write_file:0",
         "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|im_end|>",
         '{"path": "', '", "n": 3}', '"', "\\", " the", " file", "中文", "\n", " ", "<", "{", "}", "。 ", " a \n", "  ",
+        *CUT,
     ],
 }
 
@@ -172,6 +181,45 @@ def test_take_id_takes_the_ids_of_the_open_reasoning_and_content():
     assert p.message.content == "the file the file the file"
     with_stop = functools.partial(StreamParser, "qwen3", tools=TOOLS, tokenizer=tok, stop=["zz"])
     assert _taking(with_stop(), ids, with_stop()) == (events, 0)  # stop strings: never (the text must be matched)
+
+
+# each byte-level family's answer: reasoning, then content, both with characters its vocabulary
+# cuts over several tokens (see CUT)
+CUT_ANSWERS = {
+    "qwen3": "<think>{t}</think>{t}<|im_end|>",
+    "deepseek_v31": "<think>{t}</think>{t}<｜end▁of▁sentence｜>",
+    "kimi_k2": "<think>{t}</think>{t}<|im_end|>",
+    "gpt_oss": "<|channel|>analysis<|message|>{t}<|end|><|start|>assistant<|channel|>final<|message|>{t}<|return|>",
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(CUT_ANSWERS))
+def test_take_id_takes_the_ids_of_characters_cut_over_tokens(fmt):
+    """In the open reasoning and content, the ids of a character cut over several tokens are
+    taken: the first ones held (no delta, as the detokenizer holds them), the last with the
+    character's text; the events are the full pipeline's."""
+    tok = _tokenizer(fmt)
+    words = "the 𝔘 file 鼯鼠 the 🙂 file 天 the file 天 and  𝔘\n\n鼯鼠 end"
+    ids = tok.encode(CUT_ANSWERS[fmt].format(t=words))
+    cut = [t for t in ids if not tok.is_added(t) and tok.plain_text(t) is None]
+    assert len(cut) >= 4, "no character of the text is cut over tokens: the test proves nothing"
+    make = functools.partial(StreamParser, fmt, tools=TOOLS, tokenizer=tok, thinking=True)
+    p, twin = make(), make()
+    events, took = [], []
+    for t in ids:
+        text = p.take_id(t)
+        want = twin.feed(token_ids=[t])
+        if text is None:
+            assert _norm(p.feed(token_ids=[t])) == _norm(want)
+        else:
+            assert "".join(e.text for e in want) == text
+            took.append(t)
+        events += want
+    events = _norm(events + p.finish())
+    assert events == _run(fmt, [[t] for t in ids], False, tok, thinking=True)
+    assert _merged(events)[:2] == [ReasoningDelta(words), ContentDelta(words)]
+    missed = [t for t in cut if t not in took]
+    assert len(missed) <= len(cut) // 4, (len(missed), len(cut))  # (those right after a field opens)
 
 
 # a call to write_file whose path is "the file the file the file", in each family's syntax

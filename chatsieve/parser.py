@@ -472,40 +472,17 @@ class StreamParser:
             return []
         if parked is None or not text:
             return None
-        self._parked = None  # back to the lane (warm where it holds whitespace back)
-        if self._hot_held:
-            self._warm = parked
-        else:
-            self._hot = parked
-        events = self._lane_text(text)
-        if events is None:
-            self._hot = self._warm = None
-            self._parked = parked
-            return None
-        self._parked_ids = []
-        self._parked_bytes = b""
-        return events
-
-    def _lane_text(self, text: str) -> list[Event] | None:
-        """The hot lane for `text` (not empty), as `_hot_id` takes a token's: its events, or None
-        (a marker character; whitespace at its end where the lane is not `bare`), nothing taken."""
-        if self._hot_re is not None and self._hot_re.search(text):
-            return None
-        hot = self._hot
-        if text[-1] not in _WS:
-            if hot is None:
-                return self._spaced(self._warm, text)
-            hot.append(text)
-            self._hot_k += 1
-            return [self._hot_make(text)]
-        if not self._hot_bare:
-            return None
-        return self._spaced(hot if hot is not None else self._warm, text)
+        if (self._hot_re is not None and self._hot_re.search(text)) or (text[-1] in _WS and not self._hot_bare):
+            return None  # (not the lane's text, by `_hot_id`'s rules)
+        self._parked, self._parked_ids, self._parked_bytes = None, [], b""
+        # back to the lane: `_spaced` takes any text as the lane would, hot or holding whitespace
+        return self._spaced(parked, text)
 
     def _spaced(self, parts: list[str], text: str) -> list[Event]:
         """The hot lane for a delta that ends in whitespace, or follows whitespace it held
         back: what `FieldSink.write` does in a field that has begun (the lane is `bare`),
-        whitespace at the end held until more text follows, each held piece its own delta."""
+        whitespace at the end held until more text follows, each held piece its own delta. Any
+        other text the lane takes it takes as the hot lane does (appended, one delta)."""
         body = text.rstrip(_WS)
         held = self._hot_held
         events: list[Event] = []

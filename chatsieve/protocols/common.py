@@ -778,7 +778,9 @@ class StreamEncoder(Protocol):
         bytes of `encode([ReasoningDelta(text)])` (kind "reasoning") or of `ContentDelta(text)`
         ("content"), the same state changed, or None (nothing changed) where it does not make
         them without the event; the runner then writes an in-lane token's text without its
-        event object."""
+        event object. One whose `encode_text` chunks are constant frames around the text's JSON
+        may offer `text_frames()` too (see `ChunkStream.text_frames`): the compiled text lane
+        then writes them."""
         ...
 
     def finish(self, outcome: Outcome) -> bytes:

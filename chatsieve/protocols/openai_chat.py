@@ -394,10 +394,21 @@ class ChunkStream:
 
     def _text_chunk(self, kind: str, value: bytes) -> bytes:
         """The chunk of a reasoning or content delta whose text's JSON is `value`."""
+        return value.join(self._text_frames[kind])
+
+    def text_frames(self) -> dict[str, tuple[bytes, ...]] | None:
+        """`encode_text`'s chunks as frames: for "reasoning" and "content", the parts that the
+        text's JSON goes between (each two of them); None with logprobs. For the compiled text
+        lane (`chatsieve._lane`), which writes ``value.join(frame)`` as `_text_chunk` does."""
+        return None if self.logprobs else self._text_frames
+
+    @functools.cached_property
+    def _text_frames(self) -> dict[str, tuple[bytes, ...]]:
         head, tail = self._frame
-        if kind == "content":
-            return b"".join((head, b'{"content":', value, b"}", tail))
-        return b"".join((head, b'{"reasoning_content":', value, b',"reasoning":', value, b"}", tail))
+        return {
+            "content": (head + b'{"content":', b"}" + tail),
+            "reasoning": (head + b'{"reasoning_content":', b',"reasoning":', b"}" + tail),
+        }
 
     @functools.cached_property
     def _frame(self) -> tuple[bytes, bytes]:
@@ -534,6 +545,7 @@ class ChatEncoder:
         self.chunks = chunks
         self.encode = chunks.encode
         self.encode_text = chunks.encode_text
+        self.text_frames = chunks.text_frames
 
     def start(self) -> bytes:
         return sse(self.chunks.first())

@@ -37,11 +37,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from chatsieve._json import dumps, loads, loads_strict
+from chatsieve._json import dumps, loads, loads_strict, string
 from chatsieve.events import TokenLogprob
 from chatsieve.grammar import Constraint
 from chatsieve.server.client import ClientError, ConnectFailed, EngineHTTP, ReadTimeout
@@ -681,7 +683,9 @@ class _EventReader:
         """The connection callback for `Response.push_to`: read, then push; False (back to the
         reader) at the stream's end, on a failure, or for a batch `push` declines or that
         finishes the generation (held for `generate` to yield). With `push_id`, a read of one
-        whole one-line event of one token id and nothing else goes to it (see `generate`)."""
+        whole one-line event of one token id and nothing else goes to it (see `generate`); where
+        `push_id` carries what it reads and writes (`lane`) for a vLLM stream, the compiled lane
+        (`compiled_lane`) takes such reads instead where it can, this callback the others."""
         one_id = self.reader.one_id if push_id is not None else None
 
         def pushed(raw: bytes) -> bool:
@@ -708,8 +712,30 @@ class _EventReader:
                 return False
             return not self.done
 
-        return pushed
+        lane = getattr(push_id, "lane", None)
+        if lane is None or compiled_lane is None or type(self.reader) is not VllmReader:
+            return pushed
+        text = lane.text
+        return compiled_lane(
+            pushed, self, self.sse, loads_strict, lane.gen, lane.parser, lane.calls, lane.produced,
+            text.pending, text.body, string, text.frames, time.monotonic, text.loop_time,
+            chunked=text.chunked, histogram=lane.histogram, filter_here=lane.filter_here,
+        )  # fmt: skip
 
+
+def _compiled_lane() -> type | None:
+    """The compiled text lane (chatsieve/_lane.c, built at install where a C compiler is found),
+    unless CHATSIEVE_COMPILED_LANE=0; None without it (the same path then runs in Python)."""
+    if os.environ.get("CHATSIEVE_COMPILED_LANE", "1") == "0":
+        return None
+    try:
+        from chatsieve._lane import Lane
+    except ImportError:
+        return None
+    return Lane
+
+
+compiled_lane = _compiled_lane()
 
 _JSON = {"content-type": "application/json"}
 DRAIN_SECONDS = 2.0  # how long to wait for the end of a finished response before dropping the connection

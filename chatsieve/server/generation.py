@@ -8,12 +8,12 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from chatsieve.events import ContentDelta, Event, ReasoningDelta, ToolCallStart
 from chatsieve.protocols.common import Outcome, ToolCallFilter, finish_reason
 from chatsieve.server.backends import Backend, BackendError, GenerationRequest, Push, PushId, TokenBatch
-from chatsieve.server.metrics import Metrics
+from chatsieve.server.metrics import CheapHistogram, Metrics
 from chatsieve.server.pool import ReplicaPool
 
 log = logging.getLogger("chatsieve.server")
@@ -21,6 +21,19 @@ log = logging.getLogger("chatsieve.server")
 TextSink = Callable[[str, str], bool]  # (kind, text): written (True), or left to the caller (False)
 _DELTA = {"reasoning": ReasoningDelta, "content": ContentDelta}
 
+
+
+class IdLane(NamedTuple):
+    """What `Generation._id_pusher`'s `push_id` reads and writes, for the compiled text lane
+    (`chatsieve._lane`), which does what it does."""
+
+    gen: Generation
+    parser: Any  # StreamParser
+    calls: ToolCallFilter
+    produced: list[int]
+    text: Any  # streaming.TextLane: what the text sink reads and writes
+    histogram: CheapHistogram | None  # metrics.inter_token where it is one (observed in the lane)
+    filter_here: bool  # calls.passes_text is ToolCallFilter's (done in the lane)
 
 class Generation:
     """One backend generation pushed through the parser and the tool-call filter."""
@@ -309,6 +322,14 @@ class Generation:
                     sink(events)
             return True
 
+        lane = getattr(text_sink, "lane", None)
+        if lane is not None:  # what push_id reads and writes, for the compiled lane (chatsieve._lane)
+            m = self.metrics
+            push_id.lane = IdLane(  # type: ignore[attr-defined]
+                self, parser, calls, produced, lane,
+                m.inter_token if m is not None and type(m.inter_token) is CheapHistogram else None,
+                type(calls).passes_text is ToolCallFilter.passes_text,
+            )  # fmt: skip
         return push_id
 
     def _feed(self, ids: list[int], lps: list | None) -> list[Event]:

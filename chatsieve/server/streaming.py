@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -144,6 +144,17 @@ class _Pending:
         return events, self.end
 
 
+class TextLane(NamedTuple):
+    """What `_produce`'s `deliver_text` reads and writes, for the compiled text lane
+    (`chatsieve._lane`), which does what it does."""
+
+    pending: _Pending
+    body: ChunkedBody
+    frames: dict[str, tuple[bytes, ...]]  # the encoder's `text_frames()`
+    loop_time: Callable[[], float] | None  # where pings are sent: the loop's clock for `pending.last`
+    chunked: tuple | None  # a ChunkedBody's flow, cycle and transport (its `ready` and `write` in the lane)
+
+
 class StreamOut:
     """Where a stream's bytes go: straight to the client's transport (`ChunkedBody`) where the
     HTTP server offers it, else through the ASGI `send` (`send_body`)."""
@@ -194,6 +205,14 @@ async def _produce(gen: Generation, pending: _Pending, encoder: StreamEncoder, o
             pending.last = loop.time()
         body.write(data)
         return True
+
+    frames = getattr(encoder, "text_frames", None)
+    frames = frames() if frames is not None and body is not None else None
+    if frames is not None:  # for the compiled lane: what deliver_text reads and writes
+        kind = type(body)  # (the lane does ChunkedBody's `ready` and `write` itself: only where they are those)
+        own = getattr(kind, "write", None) is ChunkedBody.write and getattr(kind, "ready", None) is ChunkedBody.ready
+        chunked = (body._flow, body._cycle, body._transport) if own else None
+        deliver_text.lane = TextLane(pending, body, frames, loop.time if ping else None, chunked)  # type: ignore[attr-defined]
 
     try:
         events = gen.events(deliver, deliver_text if encode_text is not None and body is not None else None)

@@ -1,0 +1,701 @@
+/* chatsieve._lane: the server's text lane for one engine read, compiled (an optional extra).
+
+   `Lane(...)` is the engine connection's push callback (`Response.push_to`) for a vLLM stream
+   whose encoder writes text chunks as frames (`StreamEncoder.text_frames`). Called with one
+   read, it does what the pure-Python callback does where the read is one whole one-line event of
+   one token id and nothing else, the parser's hot lane has the id's text ready, no limit stops on
+   it, the tool-call filter passes the text and the client takes the chunk now:
+
+       _EventReader.pusher's `pushed`  (whole_event, loads_strict, VllmReader.one_id, count)
+       Generation._id_pusher's `push_id`  (the limits, StreamParser.take_id's hot branch, the
+                                          metrics, the counts, ToolCallFilter.passes_text)
+       _produce's `deliver_text`       (the pending checks, encode_text, the ping time, body.write)
+
+   Everything is checked before anything is changed; any read it does not take goes to that
+   callback (`fallback`) as it came, so the pure-Python path decides every other case. The same
+   tests run both (tests/test_server_text_lane.py). Attribute names are the Python objects' own:
+   a rename there must be made here too (the tests then fail, not pass). */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+static PyObject *s_partial, *s_count, *s_completion_tokens, *s_max_tokens, *s_vocab_size,
+    *s_reasoning_budget, *s_past_reasoning, *s_budget_hit, *s_reasoning_tokens, *s_hot, *s_hot_ids,
+    *s_hot_stops, *s_hot_texts, *s_hot_k, *s_lane, *s_held, *s_busy, *s_events, *s_ready, *s_write,
+    *s_metrics, *s_inter_token, *s_ttft, *s_observe, *s_last, *s_started, *s_choices, *s_token_ids,
+    *s_logprobs, *s_finish_reason, *s_error, *s_object, *s_content, *s_failure, *s_pending_last, *s_write_paused, *s_disconnected, *s_is_closing,
+    *s_sum, *s_notes, *s_strict, *s_wrote_text, *s_bounds, *s_counts, *one;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fallback;  /* the pure-Python callback: pushed(raw) -> bool */
+    PyObject *reader;    /* _EventReader: count, failure */
+    PyObject *sse;       /* its SseParser: partial */
+    PyObject *loads;     /* loads_strict */
+    PyObject *gen;       /* Generation: the counts and limits */
+    PyObject *parser;    /* StreamParser: the hot lane */
+    PyObject *calls;     /* ToolCallFilter: _held */
+    PyObject *passes;    /* calls.passes_text */
+    PyObject *produced;  /* list of the ids produced */
+    PyObject *pending;   /* _Pending: busy, events, last */
+    PyObject *body;      /* the client's body: ready, write */
+    PyObject *string;    /* the JSON of a str, as bytes */
+    PyObject *frames;    /* dict: kind -> tuple of bytes, the chunk's parts around the text's JSON */
+    PyObject *clock;     /* time.monotonic */
+    PyObject *loop_time; /* the loop's time() where pings are sent, else None */
+    /* where the body is a ChunkedBody: its flow, cycle and transport (`ready` and `write` here), else NULL */
+    PyObject *flow, *cycle, *transport;
+    PyObject *histogram; /* metrics.inter_token where it is a CheapHistogram (`observe` here), else NULL */
+    int filter_here;     /* ToolCallFilter.passes_text is done here (calls is a ToolCallFilter) */
+} Lane;
+
+static int
+lane_traverse(Lane *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->reader);
+    Py_VISIT(self->sse);
+    Py_VISIT(self->loads);
+    Py_VISIT(self->gen);
+    Py_VISIT(self->parser);
+    Py_VISIT(self->calls);
+    Py_VISIT(self->passes);
+    Py_VISIT(self->produced);
+    Py_VISIT(self->pending);
+    Py_VISIT(self->body);
+    Py_VISIT(self->string);
+    Py_VISIT(self->frames);
+    Py_VISIT(self->clock);
+    Py_VISIT(self->loop_time);
+    Py_VISIT(self->flow);
+    Py_VISIT(self->cycle);
+    Py_VISIT(self->transport);
+    Py_VISIT(self->histogram);
+    return 0;
+}
+
+static int
+lane_clear(Lane *self)
+{
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->reader);
+    Py_CLEAR(self->sse);
+    Py_CLEAR(self->loads);
+    Py_CLEAR(self->gen);
+    Py_CLEAR(self->parser);
+    Py_CLEAR(self->calls);
+    Py_CLEAR(self->passes);
+    Py_CLEAR(self->produced);
+    Py_CLEAR(self->pending);
+    Py_CLEAR(self->body);
+    Py_CLEAR(self->string);
+    Py_CLEAR(self->frames);
+    Py_CLEAR(self->clock);
+    Py_CLEAR(self->loop_time);
+    Py_CLEAR(self->flow);
+    Py_CLEAR(self->cycle);
+    Py_CLEAR(self->transport);
+    Py_CLEAR(self->histogram);
+    return 0;
+}
+
+static void
+lane_dealloc(Lane *self)
+{
+    PyObject_GC_UnTrack(self);
+    lane_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+lane_init(Lane *self, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"fallback", "reader", "sse", "loads", "gen", "parser", "calls", "produced",
+                            "pending", "body", "string", "frames", "clock", "loop_time", "chunked",
+                            "histogram", "filter_here", NULL};
+    PyObject *o[14], *chunked = Py_None, *histogram = Py_None;
+    int filter_here = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOO!OO|$OOp:Lane", names, &o[0], &o[1], &o[2],
+                                     &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &PyDict_Type,
+                                     &o[11], &o[12], &o[13], &chunked, &histogram, &filter_here))
+        return -1;
+    if (chunked != Py_None && (!PyTuple_CheckExact(chunked) || PyTuple_GET_SIZE(chunked) != 3)) {
+        PyErr_SetString(PyExc_TypeError, "Lane: chunked must be (flow, cycle, transport) or None");
+        return -1;
+    }
+    if (!PyList_CheckExact(o[7])) {
+        PyErr_SetString(PyExc_TypeError, "Lane: produced must be a list");
+        return -1;
+    }
+    PyObject *passes = PyObject_GetAttrString(o[6], "passes_text");
+    if (passes == NULL)
+        return -1;
+    lane_clear(self);
+    PyObject **slots[] = {&self->fallback, &self->reader, &self->sse, &self->loads, &self->gen,
+                          &self->parser, &self->calls, &self->produced, &self->pending, &self->body,
+                          &self->string, &self->frames, &self->clock, &self->loop_time};
+    for (int i = 0; i < 14; i++)
+        *slots[i] = Py_NewRef(o[i]);
+    self->passes = passes;
+    if (chunked != Py_None) {
+        self->flow = Py_NewRef(PyTuple_GET_ITEM(chunked, 0));
+        self->cycle = Py_NewRef(PyTuple_GET_ITEM(chunked, 1));
+        self->transport = Py_NewRef(PyTuple_GET_ITEM(chunked, 2));
+    }
+    self->histogram = histogram != Py_None ? Py_NewRef(histogram) : NULL;
+    self->filter_here = filter_here;
+    return 0;
+}
+
+/* obj.name, a new reference; NULL (with an error set) where it has none */
+#define GET(obj, name) PyObject_GetAttr((obj), (name))
+
+/* 1: truthy, 0: falsy, -1: error; the attribute read and released */
+static int
+attr_true(PyObject *obj, PyObject *name)
+{
+    PyObject *v = GET(obj, name);
+    if (v == NULL)
+        return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* obj.name as a C long (an int attribute); -1 with an error set where it is not one */
+static long
+attr_long(PyObject *obj, PyObject *name, int *is_none)
+{
+    *is_none = 0;
+    PyObject *v = GET(obj, name);
+    if (v == NULL)
+        return -1;
+    *is_none = v == Py_None;
+    long n = *is_none ? 0 : PyLong_AsLong(v);
+    Py_DECREF(v);
+    return n;
+}
+
+/* dict.get(key) is None (missing or None): 1, 0, -1 on error */
+static int
+get_is_none(PyObject *dict, PyObject *key)
+{
+    PyObject *v = PyDict_GetItemWithError(dict, key); /* borrowed */
+    if (v == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    return v == Py_None;
+}
+
+/* VllmReader.one_id: the id of an event of one token id and nothing else, else -1 (-2: error) */
+static long
+one_id(PyObject *event)
+{
+    PyObject *choices = PyDict_GetItemWithError(event, s_choices);
+    if (choices == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    if (!PyList_CheckExact(choices) || PyList_GET_SIZE(choices) != 1)
+        return -1;
+    PyObject *choice = PyList_GET_ITEM(choices, 0);
+    if (!PyDict_CheckExact(choice))
+        return -1;
+    PyObject *ids = PyDict_GetItemWithError(choice, s_token_ids);
+    if (ids == NULL)
+        return PyErr_Occurred() ? -2 : -1;
+    if (!PyList_CheckExact(ids) || PyList_GET_SIZE(ids) != 1 || !PyLong_CheckExact(PyList_GET_ITEM(ids, 0)))
+        return -1;
+    int overflow;
+    long tid = PyLong_AsLongAndOverflow(PyList_GET_ITEM(ids, 0), &overflow);
+    if (overflow || tid < 0)
+        return -1; /* (out of any vocabulary: push_id declines it) */
+    int r = get_is_none(choice, s_logprobs);
+    if (r != 1)
+        return r < 0 ? -2 : -1;
+    r = get_is_none(choice, s_finish_reason);
+    if (r != 1)
+        return r < 0 ? -2 : -1;
+    PyObject *error = PyDict_GetItemWithError(event, s_error);
+    if (error == NULL && PyErr_Occurred())
+        return -2;
+    if (error != NULL) {
+        r = PyObject_IsTrue(error);
+        if (r != 0)
+            return r < 0 ? -2 : -1;
+    }
+    PyObject *object = PyDict_GetItemWithError(event, s_object);
+    if (object == NULL && PyErr_Occurred())
+        return -2;
+    if (object != NULL) {
+        r = PyObject_RichCompareBool(object, s_error, Py_EQ);
+        if (r != 0)
+            return r < 0 ? -2 : -1;
+    }
+    return tid;
+}
+
+/* CheapHistogram.observe(value): the count of value's bucket (bisect_left on its bounds) and the sum */
+static PyObject *
+observe(PyObject *hist, PyObject *value)
+{
+    double v = PyFloat_AsDouble(value);
+    if (v == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *bounds = GET(hist, s_bounds), *counts = NULL, *sum = NULL, *result = NULL;
+    if (bounds == NULL)
+        return NULL;
+    counts = GET(hist, s_counts);
+    if (counts == NULL)
+        goto out;
+    if (!PyTuple_CheckExact(bounds) || !PyList_CheckExact(counts)
+        || PyList_GET_SIZE(counts) != PyTuple_GET_SIZE(bounds) + 1) {
+        PyErr_SetString(PyExc_TypeError, "Lane: not a CheapHistogram's bounds and counts");
+        goto out;
+    }
+    Py_ssize_t lo = 0, hi = PyTuple_GET_SIZE(bounds);
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        int below = PyObject_RichCompareBool(PyTuple_GET_ITEM(bounds, mid), value, Py_LT);
+        if (below < 0)
+            goto out;
+        if (below)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    PyObject *count = PyNumber_Add(PyList_GET_ITEM(counts, lo), one);
+    if (count == NULL)
+        goto out;
+    PyList_SetItem(counts, lo, count); /* (steals count) */
+    PyObject *old = GET(hist, s_sum);
+    if (old == NULL)
+        goto out;
+    sum = PyNumber_Add(old, value);
+    Py_DECREF(old);
+    if (sum == NULL || PyObject_SetAttr(hist, s_sum, sum) < 0)
+        goto out;
+    result = Py_NewRef(Py_None);
+out:
+    Py_XDECREF(sum);
+    Py_XDECREF(counts);
+    Py_DECREF(bounds);
+    return result;
+}
+
+/* ChunkedBody.write(chunk): the chunk framed, unless the client is gone; 0, -1 on error */
+static int
+body_write(Lane *self, PyObject *chunk)
+{
+    int gone = attr_true(self->cycle, s_disconnected);
+    if (gone != 0)
+        return gone < 0 ? -1 : 0;
+    PyObject *closing = PyObject_CallMethodNoArgs(self->transport, s_is_closing);
+    if (closing == NULL)
+        return -1;
+    gone = PyObject_IsTrue(closing);
+    Py_DECREF(closing);
+    if (gone != 0)
+        return gone < 0 ? -1 : 0;
+    Py_ssize_t size = PyBytes_GET_SIZE(chunk);
+    char head[24];
+    int head_len = snprintf(head, sizeof head, "%zx\r\n", size);
+    PyObject *framed = PyBytes_FromStringAndSize(NULL, head_len + size + 2);
+    if (framed == NULL)
+        return -1;
+    char *p = PyBytes_AS_STRING(framed);
+    memcpy(p, head, head_len);
+    memcpy(p + head_len, PyBytes_AS_STRING(chunk), size);
+    memcpy(p + head_len + size, "\r\n", 2);
+    PyObject *written = PyObject_CallMethodOneArg(self->transport, s_write, framed);
+    Py_DECREF(framed);
+    if (written == NULL)
+        return -1;
+    Py_DECREF(written);
+    return 0;
+}
+
+/* What the lane takes of `event`: 1 taken (all written), 0 not (nothing changed), -1 an error before
+   anything changed, -2 an error after (the reader's failure, as `pushed` records it) */
+static int
+take(Lane *self, PyObject *event)
+{
+    long tid = one_id(event);
+    if (tid < 0)
+        return tid == -1 ? 0 : -1;
+
+    /* push_id's limits */
+    PyObject *gen = self->gen;
+    int none;
+    long n = attr_long(gen, s_completion_tokens, &none);
+    if (n < 0 && PyErr_Occurred())
+        return -1;
+    long max_tokens = attr_long(gen, s_max_tokens, &none);
+    if (max_tokens == -1 && PyErr_Occurred())
+        return -1;
+    if (!none && n >= max_tokens)
+        return 0;
+    long vocab_size = attr_long(gen, s_vocab_size, &none);
+    if (vocab_size == -1 && PyErr_Occurred())
+        return -1;
+    if (!none && tid >= vocab_size)
+        return 0;
+    long budget = attr_long(gen, s_reasoning_budget, &none);
+    if (budget == -1 && PyErr_Occurred())
+        return -1;
+    int past = attr_true(gen, s_past_reasoning);
+    if (past < 0)
+        return -1;
+    if (!none && !past) {
+        int hit = attr_true(gen, s_budget_hit);
+        if (hit < 0)
+            return -1;
+        if (!hit) {
+            long used = attr_long(gen, s_reasoning_tokens, &none);
+            if (used == -1 && PyErr_Occurred())
+                return -1;
+            if (used >= budget)
+                return 0;
+        }
+    }
+
+    /* take_id's hot branch: the lane open, the id's text known and not empty */
+    PyObject *parser = self->parser;
+    PyObject *hot = GET(parser, s_hot);
+    if (hot == NULL)
+        return -1;
+    int result = -1;
+    PyObject *key = NULL, *texts = NULL, *stops = NULL, *kind = NULL, *value = NULL, *chunk = NULL;
+    if (!PyList_CheckExact(hot)) {
+        result = 0;
+        goto done;
+    }
+    int r = attr_true(parser, s_hot_ids);
+    if (r <= 0) {
+        result = r < 0 ? -1 : 0;
+        goto done;
+    }
+    key = PyLong_FromLong(tid);
+    if (key == NULL)
+        goto done;
+    stops = GET(parser, s_hot_stops);
+    if (stops == NULL)
+        goto done;
+    r = PySequence_Contains(stops, key);
+    if (r != 0) {
+        result = r < 0 ? -1 : 0;
+        goto done;
+    }
+    texts = GET(parser, s_hot_texts);
+    if (texts == NULL)
+        goto done;
+    if (!PyDict_CheckExact(texts)) {
+        result = 0;
+        goto done;
+    }
+    PyObject *text = PyDict_GetItemWithError(texts, key); /* borrowed, kept alive by texts */
+    if (text == NULL) {
+        result = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    if (!PyUnicode_CheckExact(text) || PyUnicode_GET_LENGTH(text) == 0) {
+        result = 0;
+        goto done;
+    }
+    kind = GET(parser, s_lane);
+    if (kind == NULL)
+        goto done;
+    PyObject *frame = PyDict_GetItemWithError(self->frames, kind); /* borrowed */
+    if (frame == NULL) {
+        result = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    if (!PyTuple_CheckExact(frame) || PyTuple_GET_SIZE(frame) < 2) {
+        result = 0;
+        goto done;
+    }
+
+    /* the filter passes the text as it is (no strict call held), and the client takes it now */
+    PyObject *held = GET(self->calls, s_held);
+    if (held == NULL)
+        goto done;
+    r = held != Py_None;
+    Py_DECREF(held);
+    if (r) {
+        result = 0;
+        goto done;
+    }
+    if ((r = attr_true(self->pending, s_busy)) != 0 || (r = attr_true(self->pending, s_events)) != 0) {
+        result = r < 0 ? -1 : 0;
+        goto done;
+    }
+    if (self->flow != NULL) { /* ChunkedBody.ready: the client reading, or gone */
+        r = attr_true(self->flow, s_write_paused);
+        if (r > 0)
+            r = attr_true(self->cycle, s_disconnected);
+        else if (r == 0)
+            r = 1;
+    } else {
+        r = attr_true(self->body, s_ready);
+    }
+    if (r <= 0) {
+        result = r < 0 ? -1 : 0;
+        goto done;
+    }
+    int is_content = PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_content) == 0;
+    if (PyErr_Occurred())
+        goto done;
+
+    /* taken: from here on an error is the stream's failure */
+    result = -2;
+    if (PyList_Append(hot, text) < 0)
+        goto done;
+    PyObject *k = GET(parser, s_hot_k);
+    if (k == NULL)
+        goto done;
+    PyObject *k1 = PyNumber_Add(k, one);
+    Py_DECREF(k);
+    if (k1 == NULL || PyObject_SetAttr(parser, s_hot_k, k1) < 0) {
+        Py_XDECREF(k1);
+        goto done;
+    }
+    Py_DECREF(k1);
+
+    PyObject *metrics = GET(gen, s_metrics);
+    if (metrics == NULL)
+        goto done;
+    if (metrics != Py_None) {
+        PyObject *now = PyObject_CallNoArgs(self->clock);
+        PyObject *since = now != NULL ? GET(gen, n ? s_last : s_started) : NULL;
+        PyObject *hist = since != NULL ? GET(metrics, n ? s_inter_token : s_ttft) : NULL;
+        PyObject *gap = hist != NULL ? PyNumber_Subtract(now, since) : NULL;
+        PyObject *ok = NULL;
+        if (gap != NULL)
+            ok = n && self->histogram == hist ? observe(hist, gap) : PyObject_CallMethodOneArg(hist, s_observe, gap);
+        int set = ok != NULL ? PyObject_SetAttr(gen, s_last, now) : -1;
+        Py_XDECREF(ok);
+        Py_XDECREF(gap);
+        Py_XDECREF(hist);
+        Py_XDECREF(since);
+        Py_XDECREF(now);
+        if (set < 0) {
+            Py_DECREF(metrics);
+            goto done;
+        }
+    }
+    Py_DECREF(metrics);
+    PyObject *n1 = PyLong_FromLong(n + 1);
+    if (n1 == NULL || PyObject_SetAttr(gen, s_completion_tokens, n1) < 0) {
+        Py_XDECREF(n1);
+        goto done;
+    }
+    Py_DECREF(n1);
+    if (PyList_Append(self->produced, key) < 0)
+        goto done;
+    if (!past) {
+        PyObject *used = GET(gen, s_reasoning_tokens);
+        PyObject *used1 = used != NULL ? PyNumber_Add(used, one) : NULL;
+        int set = used1 != NULL ? PyObject_SetAttr(gen, s_reasoning_tokens, used1) : -1;
+        Py_XDECREF(used1);
+        Py_XDECREF(used);
+        if (set < 0)
+            goto done;
+    }
+    if (is_content && PyObject_SetAttr(gen, s_past_reasoning, Py_True) < 0)
+        goto done;
+    if (self->filter_here) { /* ToolCallFilter.passes_text, its _held checked above */
+        if (is_content) {
+            r = attr_true(self->calls, s_notes);
+            if (r == 0) {
+                PyObject *strict = GET(self->calls, s_strict);
+                if (strict == NULL)
+                    goto done;
+                r = strict != Py_None;
+                Py_DECREF(strict);
+            }
+            if (r < 0 || (r > 0 && PyObject_SetAttr(self->calls, s_wrote_text, Py_True) < 0))
+                goto done;
+        }
+    } else {
+        PyObject *passed = PyObject_CallOneArg(self->passes, kind); /* True: checked above */
+        if (passed == NULL)
+            goto done;
+        Py_DECREF(passed);
+    }
+
+    /* encode_text: the frame's parts with the text's JSON between each two */
+    value = PyObject_CallOneArg(self->string, text);
+    if (value == NULL)
+        goto done;
+    if (!PyBytes_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "Lane: string() did not return bytes");
+        goto done;
+    }
+    Py_ssize_t parts = PyTuple_GET_SIZE(frame), size = (parts - 1) * PyBytes_GET_SIZE(value);
+    for (Py_ssize_t i = 0; i < parts; i++) {
+        PyObject *part = PyTuple_GET_ITEM(frame, i);
+        if (!PyBytes_CheckExact(part)) {
+            PyErr_SetString(PyExc_TypeError, "Lane: a frame's part is not bytes");
+            goto done;
+        }
+        size += PyBytes_GET_SIZE(part);
+    }
+    chunk = PyBytes_FromStringAndSize(NULL, size);
+    if (chunk == NULL)
+        goto done;
+    char *p = PyBytes_AS_STRING(chunk);
+    for (Py_ssize_t i = 0; i < parts; i++) {
+        PyObject *part = PyTuple_GET_ITEM(frame, i);
+        if (i) {
+            memcpy(p, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+            p += PyBytes_GET_SIZE(value);
+        }
+        memcpy(p, PyBytes_AS_STRING(part), PyBytes_GET_SIZE(part));
+        p += PyBytes_GET_SIZE(part);
+    }
+    if (self->loop_time != Py_None) { /* deliver_text's ping time */
+        PyObject *now = PyObject_CallNoArgs(self->loop_time);
+        int set = now != NULL ? PyObject_SetAttr(self->pending, s_pending_last, now) : -1;
+        Py_XDECREF(now);
+        if (set < 0)
+            goto done;
+    }
+    if (self->flow != NULL) { /* ChunkedBody.write: one chunk, unless the client is gone */
+        if (body_write(self, chunk) < 0)
+            goto done;
+    } else {
+        PyObject *written = PyObject_CallMethodOneArg(self->body, s_write, chunk);
+        if (written == NULL)
+            goto done;
+        Py_DECREF(written);
+    }
+    PyObject *count = GET(self->reader, s_count);
+    PyObject *count1 = count != NULL ? PyNumber_Add(count, one) : NULL;
+    int set = count1 != NULL ? PyObject_SetAttr(self->reader, s_count, count1) : -1;
+    Py_XDECREF(count1);
+    Py_XDECREF(count);
+    if (set < 0)
+        goto done;
+    result = 1;
+done:
+    Py_XDECREF(chunk);
+    Py_XDECREF(value);
+    Py_XDECREF(kind);
+    Py_XDECREF(texts);
+    Py_XDECREF(stops);
+    Py_XDECREF(key);
+    Py_DECREF(hot);
+    return result;
+}
+
+static PyObject *
+lane_call(Lane *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *raw;
+    if (!PyArg_UnpackTuple(args, "Lane", 1, 1, &raw))
+        return NULL;
+    /* _EventReader.whole_event: one whole one-line event and nothing else, no event begun before */
+    if (PyBytes_CheckExact(raw)) {
+        const char *s = PyBytes_AS_STRING(raw);
+        Py_ssize_t len = PyBytes_GET_SIZE(raw);
+        if (len >= 8 && memcmp(s, "data: ", 6) == 0 && s[len - 2] == '\n' && s[len - 1] == '\n'
+            && memchr(s, '\n', len) == s + len - 2 && memchr(s, '\r', len) == NULL
+            && !(len == 14 && memcmp(s + 6, "[DONE]", 6) == 0)) {
+            PyObject *partial = GET(self->sse, s_partial);
+            if (partial == NULL)
+                return NULL;
+            int begun = PyObject_IsTrue(partial);
+            Py_DECREF(partial);
+            if (begun < 0)
+                return NULL;
+            if (!begun) {
+                PyObject *data = PyBytes_FromStringAndSize(s + 6, len - 8);
+                if (data == NULL)
+                    return NULL;
+                PyObject *event = PyObject_CallOneArg(self->loads, data);
+                Py_DECREF(data);
+                int taken = 0;
+                if (event == NULL) {
+                    if (!PyErr_ExceptionMatches(PyExc_ValueError))
+                        return NULL;
+                    PyErr_Clear(); /* (the fallback reads it, or says what is wrong with it) */
+                } else {
+                    taken = PyDict_CheckExact(event) ? take(self, event) : 0;
+                    Py_DECREF(event);
+                }
+                if (taken == 1)
+                    Py_RETURN_TRUE;
+                if (taken == -2) { /* as `pushed`: raised in the reader's task, not in the loop's callback */
+                    PyObject *type, *exc, *tb;
+                    PyErr_Fetch(&type, &exc, &tb);
+                    PyErr_NormalizeException(&type, &exc, &tb);
+                    if (tb != NULL)
+                        PyException_SetTraceback(exc, tb);
+                    Py_XDECREF(type);
+                    Py_XDECREF(tb);
+                    int set = PyObject_SetAttr(self->reader, s_failure, exc);
+                    Py_DECREF(exc);
+                    if (set < 0)
+                        return NULL;
+                    Py_RETURN_FALSE;
+                }
+                if (taken == -1)
+                    return NULL;
+            }
+        }
+    }
+    return PyObject_CallOneArg(self->fallback, raw);
+}
+
+static PyTypeObject LaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chatsieve._lane.Lane",
+    .tp_basicsize = sizeof(Lane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The server's text lane for one engine read (see the module's source).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)lane_init,
+    .tp_dealloc = (destructor)lane_dealloc,
+    .tp_traverse = (traverseproc)lane_traverse,
+    .tp_clear = (inquiry)lane_clear,
+    .tp_call = (ternaryfunc)lane_call,
+};
+
+static struct PyModuleDef lane_module = {PyModuleDef_HEAD_INIT, "chatsieve._lane",
+                                         "The server's text lane, compiled.", -1, NULL};
+
+PyMODINIT_FUNC
+PyInit__lane(void)
+{
+    struct {
+        PyObject **s;
+        const char *name;
+    } names[] = {
+        {&s_partial, "partial"}, {&s_count, "count"}, {&s_completion_tokens, "completion_tokens"},
+        {&s_max_tokens, "max_tokens"}, {&s_vocab_size, "vocab_size"},
+        {&s_reasoning_budget, "reasoning_budget"}, {&s_past_reasoning, "_past_reasoning"},
+        {&s_budget_hit, "_budget_hit"}, {&s_reasoning_tokens, "reasoning_tokens"}, {&s_hot, "_hot"},
+        {&s_hot_ids, "_hot_ids"}, {&s_hot_stops, "_hot_stops"}, {&s_hot_texts, "_hot_texts"},
+        {&s_hot_k, "_hot_k"}, {&s_lane, "lane"}, {&s_held, "_held"}, {&s_busy, "busy"},
+        {&s_events, "events"}, {&s_ready, "ready"}, {&s_write, "write"}, {&s_metrics, "metrics"},
+        {&s_inter_token, "inter_token"}, {&s_ttft, "ttft"}, {&s_observe, "observe"}, {&s_last, "_last"},
+        {&s_started, "_started"}, {&s_choices, "choices"}, {&s_token_ids, "token_ids"},
+        {&s_logprobs, "logprobs"}, {&s_finish_reason, "finish_reason"}, {&s_error, "error"},
+        {&s_object, "object"}, {&s_content, "content"}, {&s_failure, "failure"},
+        {&s_pending_last, "last"}, {&s_write_paused, "write_paused"}, {&s_disconnected, "disconnected"},
+        {&s_is_closing, "is_closing"}, {&s_sum, "sum"}, {&s_notes, "notes"}, {&s_strict, "strict"},
+        {&s_wrote_text, "wrote_text"}, {&s_bounds, "bounds"}, {&s_counts, "counts"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i].s = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return NULL;
+    if ((one = PyLong_FromLong(1)) == NULL)
+        return NULL;
+    if (PyType_Ready(&LaneType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&lane_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

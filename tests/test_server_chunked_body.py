@@ -16,9 +16,10 @@ require_module("uvicorn", DEV_INSTALL)
 require_module("tokenizers", DEV_INSTALL)
 
 from fake_engines import FakeEngine, Script, ServerThread  # noqa: E402
+from lanes import compiled_lane, counting_lane  # noqa: E402
 from models import model_path, tokenizer  # noqa: E402
 
-from chatsieve.server import chunked_body  # noqa: E402
+from chatsieve.server import backends, chunked_body  # noqa: E402
 from chatsieve.server.app import create_app  # noqa: E402
 from chatsieve.server.config import ServerConfig  # noqa: E402
 
@@ -47,6 +48,18 @@ def app(engine, tok):
     config = ServerConfig(model_dir=model_path("qwen3"), format="qwen3", backend_url=engine.url,
                           served_model_name=MODEL, warm_up=False, max_model_len=8192)
     return create_app(config, tokenizer=tok)
+
+
+@pytest.fixture(autouse=True, params=["python", "compiled"])
+def took(request, monkeypatch) -> list[bytes] | None:
+    """Each test with the stream's text lane in Python, and with the compiled one, which writes a
+    ChunkedBody's chunks itself: the engine reads it took (None with the lane in Python)."""
+    if request.param == "python":
+        monkeypatch.setattr(backends, "compiled_lane", None)
+        return None
+    reads: list[bytes] = []
+    monkeypatch.setattr(backends, "compiled_lane", counting_lane(compiled_lane(), reads))
+    return reads
 
 
 @pytest.fixture
@@ -148,7 +161,7 @@ def exchange(url: str, *requests: bytes) -> list[tuple[int, dict[str, str], list
         return out
 
 
-def test_a_stream_written_past_h11_is_the_stream_h11_writes(engine, tok, written):
+def test_a_stream_written_past_h11_is_the_stream_h11_writes(engine, tok, written, took):
     with ServerThread(app(engine, tok), http="h11") as plain:  # uvicorn's own h11: every chunk via send
         [(status, _, through_h11)] = exchange(plain.url, request("/v1/chat/completions", chat("[paced]")))
     assert status == 200 and written == []
@@ -156,6 +169,7 @@ def test_a_stream_written_past_h11_is_the_stream_h11_writes(engine, tok, written
         [(status, headers, past_h11)] = exchange(server.url, request("/v1/chat/completions", chat("[paced]")))
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     assert written and set(written) <= set(past_h11)  # the deltas went past h11
+    assert took is None or took, "the compiled lane took no read"
     assert normalized(b"".join(past_h11)) == normalized(b"".join(through_h11))
     assert content(b"".join(past_h11)) == "The answer is 42, and then some more words."
 
@@ -191,7 +205,7 @@ def test_an_http_1_0_client_gets_its_stream_through_h11(engine, tok, written):
     assert content(body) == "The answer is 42, and then some more words." and body.endswith(b"data: [DONE]\n\n")
 
 
-def test_a_client_that_stops_reading_gets_the_whole_stream_later(engine, tok, written):
+def test_a_client_that_stops_reading_gets_the_whole_stream_later(engine, tok, written, took):
     with ServerThread(app(engine, tok)) as server:
         host, port = server.url.removeprefix("http://").split(":")
         with socket.socket() as sock:
@@ -205,4 +219,5 @@ def test_a_client_that_stops_reading_gets_the_whole_stream_later(engine, tok, wr
             status, _, chunks = reader.response()
             after = reader.response()
     assert status == 200 and content(b"".join(chunks)) == LONG
+    assert took is None or took, "the compiled lane took no read"
     assert after[0] == 200 and json.loads(after[2][0])["data"][0]["id"] == MODEL

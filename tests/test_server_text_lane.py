@@ -21,12 +21,14 @@ import functools
 import itertools
 import json
 import re
+import types
 from contextlib import ExitStack
 from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lanes import compiled_lane, counting_lane
 from models import DEV_INSTALL, model_path, require_module
 
 require_module("starlette", DEV_INSTALL)
@@ -38,7 +40,9 @@ from chatsieve.protocols.anthropic import ANTHROPIC  # noqa: E402
 from chatsieve.protocols.common import ResponseInfo  # noqa: E402
 from chatsieve.protocols.openai_chat import OPENAI_CHAT  # noqa: E402
 from chatsieve.protocols.openai_responses import OPENAI_RESPONSES  # noqa: E402
+from chatsieve.server import backends  # noqa: E402
 from chatsieve.server import client as engine_client  # noqa: E402
+from chatsieve.server.chunked_body import ChunkedBody  # noqa: E402
 from chatsieve.server.config import ServerConfig  # noqa: E402
 from chatsieve.server.generation import Generation  # noqa: E402
 from chatsieve.server.service import ChatService  # noqa: E402
@@ -132,9 +136,51 @@ class Body:
             self._read.clear()
             await self._read.wait()
 
+    def slow(self) -> None:
+        self.ready = False
+
     def catch_up(self) -> None:
         self.ready = True
         self._read.set()
+
+
+class Flow:
+    """uvicorn's flow control of a cycle: `write_paused` while the client does not read."""
+
+    def __init__(self) -> None:
+        self.write_paused = False
+        self._read = asyncio.Event()
+
+    async def drain(self) -> None:
+        while self.write_paused:
+            self._read.clear()
+            await self._read.wait()
+
+
+class Chunked(ChunkedBody):
+    """A real ChunkedBody (its `ready` and `write`, which the compiled lane does itself) on a
+    stand-in cycle: the client's side as `Body` is, the bytes framed as they go to the transport."""
+
+    def __init__(self) -> None:
+        super().__init__(types.SimpleNamespace(transport=Transport(), flow=Flow(), disconnected=False))
+
+    @property
+    def parts(self) -> list[bytes]:
+        """The chunks' data, the framing checked."""
+        data, out = b"".join(self._transport.sent), []
+        while data:
+            size, _, rest = data.partition(b"\r\n")
+            assert re.fullmatch(rb"[0-9a-f]+", size) and rest[int(size, 16):int(size, 16) + 2] == b"\r\n"
+            out.append(rest[:int(size, 16)])
+            data = rest[int(size, 16) + 2:]
+        return out
+
+    def slow(self) -> None:
+        self._flow.write_paused = True
+
+    def catch_up(self) -> None:
+        self._flow.write_paused = False
+        self._flow._read.set()
 
 
 def chunk(data: bytes) -> bytes:
@@ -204,7 +250,7 @@ def normalized(data: bytes) -> str:
 
 
 async def run_stream(service: ChatService, body: dict, route: str, scripts: list[list[bytes]],
-                     cuts: list[set[int]], slow: list[bool], connections: list) -> bytes:
+                     cuts: list[set[int]], slow: list[bool], connections: list, client_type: type) -> bytes:
     """One whole stream; the engine's n-th request answered with `scripts[n]`, cut into reads at
     `cuts[n]` (positions in its bytes), the client falling behind before read k where `slow[k]`."""
     protocol = PARSE[route]
@@ -213,7 +259,7 @@ async def run_stream(service: ChatService, body: dict, route: str, scripts: list
     parsed = parse(body, service.limits)
     gen = await service.prepare(parsed.chat)
     info = ResponseInfo(model="m", prompt_tokens=gen.prompt_tokens, token_bytes=service.token_bytes)
-    client = Body()
+    client = client_type()
     task = asyncio.create_task(write_event_stream(gen, protocol.encoder(parsed, info), None, StreamOut(None, client)))
     connections.clear()
     k = 0
@@ -232,7 +278,7 @@ async def run_stream(service: ChatService, body: dict, route: str, scripts: list
             if conn.transport.closed:
                 break  # the stream cancelled this engine request
             if slow[k % len(slow)]:
-                client.ready = False
+                client.slow()
             k += 1
             conn.data_received(data[a:b])
             for _ in range(3):
@@ -242,11 +288,14 @@ async def run_stream(service: ChatService, body: dict, route: str, scripts: list
     return b"".join(client.parts)
 
 
-def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[bytes]], cuts, slow
-              ) -> tuple[str, str, int, int, int]:
-    """The stream with the text lane and without it, normalized; the tokens the lane took (and of
-    them, those it added to a call's held arguments), and the engine requests made."""
+def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[bytes]], cuts, slow,
+              compiled: type | None = None, client_type: type = Body) -> tuple[str, str, int, int, int, int, int]:
+    """The stream with the text lane and without it, normalized; the tokens the lane took in Python
+    (and of them, those it added to a call's held arguments, and those after whitespace it held
+    back), the engine requests made, and the reads the compiled lane took (`compiled`:
+    chatsieve._lane.Lane, else the lane in Python only), the client's body a `client_type`."""
     connections: list = []
+    took: list[bytes] = []
 
     async def connection(self, key):  # EngineHTTP._connection without a socket
         conn = engine_client._Connection()
@@ -272,11 +321,12 @@ def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[by
         service = ChatService(config, tokenizer=tok)
         await service.start()
         try:
-            with mock.patch.object(StreamParser, "take_id", counting):
-                lane = await run_stream(service, body, route, scripts, cuts, slow, connections)
+            with mock.patch.object(StreamParser, "take_id", counting), \
+                    mock.patch.object(backends, "compiled_lane", counting_lane(compiled, took) if compiled else None):
+                lane = await run_stream(service, body, route, scripts, cuts, slow, connections, client_type)
             requests[0] = len(connections)
             with mock.patch.object(Generation, "_id_pusher", lambda *a: None):
-                layered = await run_stream(service, body, route, scripts, cuts, slow, connections)
+                layered = await run_stream(service, body, route, scripts, cuts, slow, connections, client_type)
         finally:
             await service.stop()
         return lane, layered
@@ -284,7 +334,7 @@ def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[by
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(engine_client.EngineHTTP, "_connection", connection))
         lane, layered = asyncio.run(go())
-    return normalized(lane), normalized(layered), taken[0], held[0], spaced[0], requests[0]
+    return normalized(lane), normalized(layered), taken[0], held[0], spaced[0], requests[0], len(took)
 
 
 def reads(sizes: list[int]) -> st.SearchStrategy:
@@ -308,30 +358,44 @@ CASES += [("gpt_oss", route, variant, "vllm") for route in ROUTES for variant in
           if (route, variant) != ("responses", "budget")]
 
 
-@pytest.mark.parametrize(("fmt", "route", "variant", "kind"), CASES)
-def test_the_text_lane_writes_what_the_layered_path_writes(fmt, route, variant, kind):
+# the compiled lane (chatsieve._lane) where the server builds it: the chat route's encoder, vLLM events;
+# with the test's body, and with a ChunkedBody (whose checks and framing the lane does itself)
+COMPILED = [case for case in CASES if case[1] == "chat" and case[3] == "vllm"]
+LANES = [(*case, False, "body") for case in CASES] + [(*case, True, b) for case in COMPILED for b in ("body", "chunked")]
+
+
+@pytest.mark.parametrize(("fmt", "route", "variant", "kind", "compiled", "client"), LANES)
+def test_the_text_lane_writes_what_the_layered_path_writes(fmt, route, variant, kind, compiled, client):
     tok, answer, rest, stop_id, _ = family(fmt)
     body = request(route, variant, stop_id)
     events = vllm_events if kind == "vllm" else llamacpp_events
     scripts = [events(answer, tok.decode), events(rest, tok.decode)]
 
+    lane_type = compiled_lane() if compiled else None
+    took_all = 0
+
     @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(cuts=st.tuples(*(reads([len(e) for e in s]) for s in scripts)),
            slow=st.lists(st.booleans(), min_size=1, max_size=40))
     def check(cuts, slow):
-        lane, layered, taken, held, _, requests = both_ways(fmt, kind, body, route, scripts, list(cuts), slow)
+        nonlocal took_all
+        lane, layered, taken, held, _, requests, took = both_ways(fmt, kind, body, route, scripts, list(cuts),
+                                                                  slow, lane_type, Chunked if client == "chunked" else Body)
+        took_all += took
         assert lane == layered
-        assert taken > 0, "the lane took no token: the comparison proves nothing"
+        assert taken + took > 0, "the lane took no token: the comparison proves nothing"
         if variant in ("plain", "strict"):  # (the others end before the call)
             assert held > 0, "the lane took no token of the call's arguments"
         assert requests == (2 if variant == "budget" else 1)  # the budget's second engine request
 
     check()
+    if compiled:  # (in all: in one example the client may be behind at every read)
+        assert took_all > 0, "the compiled lane took no read"
 
 
-@pytest.mark.parametrize("kind", ["vllm", "llamacpp"])
-@pytest.mark.parametrize("route", ROUTES)
-def test_the_text_lane_takes_the_text_after_whitespace_it_held_back(route, kind):
+@pytest.mark.parametrize(("route", "kind", "compiled"), [
+    *((route, kind, False) for route in ROUTES for kind in ("vllm", "llamacpp")), ("chat", "vllm", True)])
+def test_the_text_lane_takes_the_text_after_whitespace_it_held_back(route, kind, compiled):
     """Each engine event its own read (a paced engine's): the lane takes the tokens after the
     whitespace runs of the reasoning and the content (a few: random reads above may merge them all
     away), and the bytes are the layered path's."""
@@ -339,6 +403,9 @@ def test_the_text_lane_takes_the_text_after_whitespace_it_held_back(route, kind)
     events = vllm_events if kind == "vllm" else llamacpp_events
     scripts = [events(answer, tok.decode), events(rest, tok.decode)]
     cuts = [set(itertools.accumulate(len(e) for e in script[:-1])) for script in scripts]
-    lane, layered, _, _, spaced, _ = both_ways("qwen3", kind, request(route, "plain", stop_id), route, scripts, cuts, [False])
+    lane, layered, _, _, spaced, _, took = both_ways("qwen3", kind, request(route, "plain", stop_id), route,
+                                                     scripts, cuts, [False], compiled_lane() if compiled else None)
     assert lane == layered
     assert spaced > 0, "the lane took no token after whitespace it held back"
+    if compiled:  # (most of the text's tokens: all but the first of each, and those after whitespace)
+        assert took > 0, "the compiled lane took no read"

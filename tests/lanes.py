@@ -1,0 +1,37 @@
+"""The compiled text lane (`chatsieve._lane`, built by the dev install where a C compiler is found)
+in tests: its type, or skip (fail under CI); and a stand-in for `backends.compiled_lane` that
+counts the reads the lane takes itself (those it does not hand to the Python callback)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from models import DEV_INSTALL, require_module
+
+
+def compiled_lane() -> type:
+    return require_module("chatsieve._lane", DEV_INSTALL).Lane
+
+
+def counting_lane(lane_type: type, took: list[bytes]) -> Callable[..., Callable[[bytes], bool]]:
+    """`backends.compiled_lane` as `lane_type`, appending each read its lane takes to `took`."""
+
+    def make(fallback: Callable[[bytes], bool], *args, **kwargs) -> Callable[[bytes], bool]:
+        passed = [False]
+
+        def counted(raw: bytes) -> bool:
+            passed[0] = True
+            return fallback(raw)
+
+        lane = lane_type(counted, *args, **kwargs)
+
+        def call(raw: bytes) -> bool:
+            passed[0] = False
+            out = lane(raw)
+            if not passed[0]:
+                took.append(raw)
+            return out
+
+        return call
+
+    return make

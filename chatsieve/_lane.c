@@ -12,9 +12,11 @@
        _produce's `deliver_text`       (the pending checks, encode_text, the ping time, body.write)
 
    Everything is checked before anything is changed; any read it does not take goes to that
-   callback (`fallback`) as it came, so the pure-Python path decides every other case. The same
-   tests run both (tests/test_server_text_lane.py). Attribute names are the Python objects' own:
-   a rename there must be made here too (the tests then fail, not pass). */
+   callback (`fallback`) as it came, so the pure-Python path decides every other case (an error
+   before anything changed too: the callback meets it again, and records it as it records any).
+   An error after is the reader's failure, as the callback records it. The same tests run both
+   (tests/test_server_text_lane.py, tests/test_server_chunked_body.py). Attribute names are the
+   Python objects' own: a rename there must be made here too (the tests then fail, not pass). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -237,9 +239,6 @@ one_id(PyObject *event)
 static PyObject *
 observe(PyObject *hist, PyObject *value)
 {
-    double v = PyFloat_AsDouble(value);
-    if (v == -1.0 && PyErr_Occurred())
-        return NULL;
     PyObject *bounds = GET(hist, s_bounds), *counts = NULL, *sum = NULL, *result = NULL;
     if (bounds == NULL)
         return NULL;
@@ -586,62 +585,59 @@ done:
     return result;
 }
 
+/* What the lane takes of `raw`, a read: as `take` says (1, 0, -1, -2) */
+static int
+take_read(Lane *self, PyObject *raw)
+{
+    /* _EventReader.whole_event: one whole one-line event and nothing else, no event begun before */
+    if (!PyBytes_CheckExact(raw))
+        return 0;
+    const char *s = PyBytes_AS_STRING(raw);
+    Py_ssize_t len = PyBytes_GET_SIZE(raw);
+    if (len < 8 || memcmp(s, "data: ", 6) != 0 || s[len - 2] != '\n' || s[len - 1] != '\n'
+        || memchr(s, '\n', len) != s + len - 2 || memchr(s, '\r', len) != NULL
+        || (len == 14 && memcmp(s + 6, "[DONE]", 6) == 0))
+        return 0;
+    int begun = attr_true(self->sse, s_partial);
+    if (begun != 0)
+        return begun < 0 ? -1 : 0;
+    PyObject *data = PyBytes_FromStringAndSize(s + 6, len - 8);
+    if (data == NULL)
+        return -1;
+    PyObject *event = PyObject_CallOneArg(self->loads, data); /* (invalid JSON: the fallback says so) */
+    Py_DECREF(data);
+    if (event == NULL)
+        return -1;
+    int taken = PyDict_CheckExact(event) ? take(self, event) : 0;
+    Py_DECREF(event);
+    return taken;
+}
+
 static PyObject *
 lane_call(Lane *self, PyObject *args, PyObject *kwds)
 {
     PyObject *raw;
     if (!PyArg_UnpackTuple(args, "Lane", 1, 1, &raw))
         return NULL;
-    /* _EventReader.whole_event: one whole one-line event and nothing else, no event begun before */
-    if (PyBytes_CheckExact(raw)) {
-        const char *s = PyBytes_AS_STRING(raw);
-        Py_ssize_t len = PyBytes_GET_SIZE(raw);
-        if (len >= 8 && memcmp(s, "data: ", 6) == 0 && s[len - 2] == '\n' && s[len - 1] == '\n'
-            && memchr(s, '\n', len) == s + len - 2 && memchr(s, '\r', len) == NULL
-            && !(len == 14 && memcmp(s + 6, "[DONE]", 6) == 0)) {
-            PyObject *partial = GET(self->sse, s_partial);
-            if (partial == NULL)
-                return NULL;
-            int begun = PyObject_IsTrue(partial);
-            Py_DECREF(partial);
-            if (begun < 0)
-                return NULL;
-            if (!begun) {
-                PyObject *data = PyBytes_FromStringAndSize(s + 6, len - 8);
-                if (data == NULL)
-                    return NULL;
-                PyObject *event = PyObject_CallOneArg(self->loads, data);
-                Py_DECREF(data);
-                int taken = 0;
-                if (event == NULL) {
-                    if (!PyErr_ExceptionMatches(PyExc_ValueError))
-                        return NULL;
-                    PyErr_Clear(); /* (the fallback reads it, or says what is wrong with it) */
-                } else {
-                    taken = PyDict_CheckExact(event) ? take(self, event) : 0;
-                    Py_DECREF(event);
-                }
-                if (taken == 1)
-                    Py_RETURN_TRUE;
-                if (taken == -2) { /* as `pushed`: raised in the reader's task, not in the loop's callback */
-                    PyObject *type, *exc, *tb;
-                    PyErr_Fetch(&type, &exc, &tb);
-                    PyErr_NormalizeException(&type, &exc, &tb);
-                    if (tb != NULL)
-                        PyException_SetTraceback(exc, tb);
-                    Py_XDECREF(type);
-                    Py_XDECREF(tb);
-                    int set = PyObject_SetAttr(self->reader, s_failure, exc);
-                    Py_DECREF(exc);
-                    if (set < 0)
-                        return NULL;
-                    Py_RETURN_FALSE;
-                }
-                if (taken == -1)
-                    return NULL;
-            }
-        }
+    int taken = take_read(self, raw);
+    if (taken == 1)
+        Py_RETURN_TRUE;
+    if (taken == -2) { /* as `pushed` does: raised in the reader's task, not in the loop's callback */
+        PyObject *type, *exc, *tb;
+        PyErr_Fetch(&type, &exc, &tb);
+        PyErr_NormalizeException(&type, &exc, &tb);
+        if (tb != NULL)
+            PyException_SetTraceback(exc, tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        int set = PyObject_SetAttr(self->reader, s_failure, exc);
+        Py_DECREF(exc);
+        if (set < 0)
+            return NULL;
+        Py_RETURN_FALSE;
     }
+    if (taken == -1) /* before anything changed: the Python callback reads it, and says what is wrong */
+        PyErr_Clear();
     return PyObject_CallOneArg(self->fallback, raw);
 }
 

@@ -409,3 +409,47 @@ def test_the_text_lane_takes_the_text_after_whitespace_it_held_back(route, kind,
     assert spaced > 0, "the lane took no token after whitespace it held back"
     if compiled:  # (most of the text's tokens: all but the first of each, and those after whitespace)
         assert took > 0, "the compiled lane took no read"
+
+
+class FailingBody(Body):
+    """A client whose sixth write fails, once (a bug below the stream, say): the stream must end as
+    the layered path ends it, with the compiled lane writing too."""
+
+    failed = False
+
+    def write(self, data: bytes) -> None:
+        if len(self.parts) == 5 and not self.failed:
+            self.failed = True
+            raise RuntimeError("the write failed")
+        super().write(data)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_write_that_fails_ends_the_stream_as_the_layered_path_ends_it(compiled):
+    tok, answer, rest, stop_id, _ = family("qwen3")
+    scripts = [vllm_events(answer, tok.decode), vllm_events(rest, tok.decode)]
+    cuts = [set(itertools.accumulate(len(e) for e in script[:-1])) for script in scripts]
+    for _ in range(2):  # (the second time the hot lane knows every token's text: the lane writes the sixth)
+        lane, layered, *_, took = both_ways("qwen3", "vllm", request("chat", "plain", stop_id), "chat", scripts,
+                                            cuts, [False], compiled_lane() if compiled else None, FailingBody)
+        assert lane == layered
+    assert "error" in lane.rsplit("data: ", 2)[-2]  # the stream's last event before [DONE]
+    if compiled:
+        assert took, "the compiled lane took no read"
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_an_unreadable_event_ends_the_stream_as_the_layered_path_ends_it(compiled):
+    """An event that is not JSON, in the lane's usual read: the lane leaves it to the Python
+    callback, which fails the stream as the layered path does."""
+    tok, answer, rest, stop_id, _ = family("qwen3")
+    first = vllm_events(answer, tok.decode)
+    scripts = [[*first[:12], chunk(b'data: {"choices": [\n\n'), *first[12:]], vllm_events(rest, tok.decode)]
+    cuts = [set(itertools.accumulate(len(e) for e in script[:-1])) for script in scripts]
+    for _ in range(2):  # (the second time the hot lane knows every token's text)
+        lane, layered, *_, took = both_ways("qwen3", "vllm", request("chat", "plain", stop_id), "chat", scripts,
+                                            cuts, [False], compiled_lane() if compiled else None)
+        assert lane == layered
+        assert "error" in lane.rsplit("data: ", 2)[-2]  # the stream's last event before [DONE]
+    if compiled:
+        assert took, "the compiled lane took no read"

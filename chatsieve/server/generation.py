@@ -22,7 +22,6 @@ TextSink = Callable[[str, str], bool]  # (kind, text): written (True), or left t
 _DELTA = {"reasoning": ReasoningDelta, "content": ContentDelta}
 
 
-
 class IdLane(NamedTuple):
     """What `Generation._id_pusher`'s `push_id` reads and writes, for the compiled text lane
     (`chatsieve._lane`), which does what it does."""
@@ -34,6 +33,7 @@ class IdLane(NamedTuple):
     text: Any  # streaming.TextLane: what the text sink reads and writes
     histogram: CheapHistogram | None  # metrics.inter_token where it is one (observed in the lane)
     filter_here: bool  # calls.passes_text is ToolCallFilter's (done in the lane)
+
 
 class Generation:
     """One backend generation pushed through the parser and the tool-call filter."""

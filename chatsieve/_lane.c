@@ -363,6 +363,7 @@ take(Lane *self, PyObject *event)
         return -1;
     int result = -1;
     PyObject *key = NULL, *texts = NULL, *stops = NULL, *kind = NULL, *value = NULL, *chunk = NULL;
+    PyObject *text = NULL, *frame = NULL; /* (held: Python code runs before they are used) */
     if (!PyList_CheckExact(hot)) {
         result = 0;
         goto done;
@@ -390,7 +391,7 @@ take(Lane *self, PyObject *event)
         result = 0;
         goto done;
     }
-    PyObject *text = PyDict_GetItemWithError(texts, key); /* borrowed, kept alive by texts */
+    text = Py_XNewRef(PyDict_GetItemWithError(texts, key));
     if (text == NULL) {
         result = PyErr_Occurred() ? -1 : 0;
         goto done;
@@ -402,7 +403,7 @@ take(Lane *self, PyObject *event)
     kind = GET(parser, s_lane);
     if (kind == NULL)
         goto done;
-    PyObject *frame = PyDict_GetItemWithError(self->frames, kind); /* borrowed */
+    frame = Py_XNewRef(PyDict_GetItemWithError(self->frames, kind));
     if (frame == NULL) {
         result = PyErr_Occurred() ? -1 : 0;
         goto done;
@@ -575,6 +576,8 @@ take(Lane *self, PyObject *event)
         goto done;
     result = 1;
 done:
+    Py_XDECREF(frame);
+    Py_XDECREF(text);
     Py_XDECREF(chunk);
     Py_XDECREF(value);
     Py_XDECREF(kind);

@@ -40,7 +40,7 @@ def engine(tok):
     scripts = {
         "[paced]": Script(enc("The answer is 42, and then some more words.<|im_end|>"), delay=0.01),
         "[long]": Script(enc(LONG + "<|im_end|>")),  # flat out: more than a socket buffer holds
-        "[words]": Script(enc(WORDS + "<|im_end|>"), delay=0.005),
+        "[words]": Script(enc(WORDS + "<|im_end|>"), delay=0.01),
     }
     with FakeEngine(tok.decode, scripts).serving() as engine:
         yield engine

@@ -22,83 +22,73 @@
 #include <Python.h>
 #include <string.h>
 
-static PyObject *s_partial, *s_count, *s_completion_tokens, *s_max_tokens, *s_vocab_size,
-    *s_reasoning_budget, *s_past_reasoning, *s_budget_hit, *s_reasoning_tokens, *s_hot, *s_hot_ids,
-    *s_hot_stops, *s_hot_texts, *s_hot_k, *s_lane, *s_held, *s_busy, *s_events, *s_ready, *s_write,
-    *s_metrics, *s_inter_token, *s_ttft, *s_observe, *s_last, *s_started, *s_choices, *s_token_ids,
-    *s_logprobs, *s_finish_reason, *s_error, *s_object, *s_content, *s_failure, *s_pending_last, *s_write_paused, *s_disconnected, *s_is_closing,
-    *s_sum, *s_notes, *s_strict, *s_wrote_text, *s_bounds, *s_counts, *one;
+/* The Python names the lane reads and writes, interned at import: X(variable, name) */
+#define NAMES(X)                                                                                        \
+    X(s_partial, "partial") X(s_count, "count") X(s_completion_tokens, "completion_tokens")             \
+    X(s_max_tokens, "max_tokens") X(s_vocab_size, "vocab_size") X(s_reasoning_budget, "reasoning_budget") \
+    X(s_past_reasoning, "_past_reasoning") X(s_budget_hit, "_budget_hit")                              \
+    X(s_reasoning_tokens, "reasoning_tokens") X(s_hot, "_hot") X(s_hot_ids, "_hot_ids")                \
+    X(s_hot_stops, "_hot_stops") X(s_hot_texts, "_hot_texts") X(s_hot_k, "_hot_k") X(s_lane, "lane")   \
+    X(s_held, "_held") X(s_busy, "busy") X(s_events, "events") X(s_ready, "ready") X(s_write, "write") \
+    X(s_metrics, "metrics") X(s_inter_token, "inter_token") X(s_ttft, "ttft") X(s_observe, "observe")  \
+    X(s_last, "_last") X(s_started, "_started") X(s_choices, "choices") X(s_token_ids, "token_ids")    \
+    X(s_logprobs, "logprobs") X(s_finish_reason, "finish_reason") X(s_error, "error")                  \
+    X(s_object, "object") X(s_content, "content") X(s_failure, "failure") X(s_pending_last, "last")    \
+    X(s_write_paused, "write_paused") X(s_disconnected, "disconnected") X(s_is_closing, "is_closing")  \
+    X(s_sum, "sum") X(s_notes, "notes") X(s_strict, "strict") X(s_wrote_text, "wrote_text")            \
+    X(s_bounds, "bounds") X(s_counts, "counts")
 
+#define DECLARE(variable, name) static PyObject *variable;
+NAMES(DECLARE)
+static PyObject *one;
+
+/* The references a Lane holds, one list for its fields, init, traverse and clear. ARGS: Lane's
+   positional arguments, in order; MORE: the others (NULL where not given). */
+#define ARGS(X)                                                                             \
+    X(fallback)  /* the pure-Python callback: pushed(raw) -> bool */                       \
+    X(reader)    /* _EventReader: count, failure */                                         \
+    X(sse)       /* its SseParser: partial */                                               \
+    X(loads)     /* loads_strict */                                                         \
+    X(gen)       /* Generation: the counts and limits */                                    \
+    X(parser)    /* StreamParser: the hot lane */                                           \
+    X(calls)     /* ToolCallFilter: _held */                                                \
+    X(produced)  /* list of the ids produced */                                             \
+    X(pending)   /* _Pending: busy, events, last */                                         \
+    X(body)      /* the client's body: ready, write */                                      \
+    X(string)    /* the JSON of a str, as bytes */                                          \
+    X(frames)    /* dict: kind -> tuple of bytes, the chunk's parts around the text's JSON */ \
+    X(clock)     /* time.monotonic */                                                       \
+    X(loop_time) /* the loop's time() where pings are sent, else None */
+#define MORE(X)                                                                                 \
+    X(passes)    /* calls.passes_text */                                                        \
+    X(flow)      /* where the body is a ChunkedBody: its flow, cycle and transport (`ready` and */ \
+    X(cycle)     /* `write` here) */                                                            \
+    X(transport)                                                                                \
+    X(histogram) /* metrics.inter_token where it is a CheapHistogram (`observe` here) */
+
+#define FIELD(name) PyObject *name;
 typedef struct {
     PyObject_HEAD
-    PyObject *fallback;  /* the pure-Python callback: pushed(raw) -> bool */
-    PyObject *reader;    /* _EventReader: count, failure */
-    PyObject *sse;       /* its SseParser: partial */
-    PyObject *loads;     /* loads_strict */
-    PyObject *gen;       /* Generation: the counts and limits */
-    PyObject *parser;    /* StreamParser: the hot lane */
-    PyObject *calls;     /* ToolCallFilter: _held */
-    PyObject *passes;    /* calls.passes_text */
-    PyObject *produced;  /* list of the ids produced */
-    PyObject *pending;   /* _Pending: busy, events, last */
-    PyObject *body;      /* the client's body: ready, write */
-    PyObject *string;    /* the JSON of a str, as bytes */
-    PyObject *frames;    /* dict: kind -> tuple of bytes, the chunk's parts around the text's JSON */
-    PyObject *clock;     /* time.monotonic */
-    PyObject *loop_time; /* the loop's time() where pings are sent, else None */
-    /* where the body is a ChunkedBody: its flow, cycle and transport (`ready` and `write` here), else NULL */
-    PyObject *flow, *cycle, *transport;
-    PyObject *histogram; /* metrics.inter_token where it is a CheapHistogram (`observe` here), else NULL */
-    int filter_here;     /* ToolCallFilter.passes_text is done here (calls is a ToolCallFilter) */
+    ARGS(FIELD)
+    MORE(FIELD)
+    int filter_here; /* ToolCallFilter.passes_text is done here (calls is a ToolCallFilter) */
 } Lane;
 
+#define VISIT(name) Py_VISIT(self->name);
 static int
 lane_traverse(Lane *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->fallback);
-    Py_VISIT(self->reader);
-    Py_VISIT(self->sse);
-    Py_VISIT(self->loads);
-    Py_VISIT(self->gen);
-    Py_VISIT(self->parser);
-    Py_VISIT(self->calls);
-    Py_VISIT(self->passes);
-    Py_VISIT(self->produced);
-    Py_VISIT(self->pending);
-    Py_VISIT(self->body);
-    Py_VISIT(self->string);
-    Py_VISIT(self->frames);
-    Py_VISIT(self->clock);
-    Py_VISIT(self->loop_time);
-    Py_VISIT(self->flow);
-    Py_VISIT(self->cycle);
-    Py_VISIT(self->transport);
-    Py_VISIT(self->histogram);
+    ARGS(VISIT)
+    MORE(VISIT)
     return 0;
 }
 
+#define CLEAR(name) Py_CLEAR(self->name);
 static int
 lane_clear(Lane *self)
 {
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->reader);
-    Py_CLEAR(self->sse);
-    Py_CLEAR(self->loads);
-    Py_CLEAR(self->gen);
-    Py_CLEAR(self->parser);
-    Py_CLEAR(self->calls);
-    Py_CLEAR(self->passes);
-    Py_CLEAR(self->produced);
-    Py_CLEAR(self->pending);
-    Py_CLEAR(self->body);
-    Py_CLEAR(self->string);
-    Py_CLEAR(self->frames);
-    Py_CLEAR(self->clock);
-    Py_CLEAR(self->loop_time);
-    Py_CLEAR(self->flow);
-    Py_CLEAR(self->cycle);
-    Py_CLEAR(self->transport);
-    Py_CLEAR(self->histogram);
+    ARGS(CLEAR)
+    MORE(CLEAR)
     return 0;
 }
 
@@ -110,35 +100,33 @@ lane_dealloc(Lane *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+#define NAME(name) #name,
+#define LOCAL(name) PyObject *name;
+#define ADDRESS(name) &name,
+#define TAKE(name) self->name = Py_NewRef(name);
 static int
 lane_init(Lane *self, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"fallback", "reader", "sse", "loads", "gen", "parser", "calls", "produced",
-                            "pending", "body", "string", "frames", "clock", "loop_time", "chunked",
-                            "histogram", "filter_here", NULL};
-    PyObject *o[14], *chunked = Py_None, *histogram = Py_None;
+    static char *names[] = {ARGS(NAME) "chunked", "histogram", "filter_here", NULL};
+    ARGS(LOCAL)
+    PyObject *chunked = Py_None, *histogram = Py_None;
     int filter_here = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOO!OO|$OOp:Lane", names, &o[0], &o[1], &o[2],
-                                     &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &PyDict_Type,
-                                     &o[11], &o[12], &o[13], &chunked, &histogram, &filter_here))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOOOOOO|$OOp:Lane", names, ARGS(ADDRESS) &chunked,
+                                     &histogram, &filter_here))
         return -1;
     if (chunked != Py_None && (!PyTuple_CheckExact(chunked) || PyTuple_GET_SIZE(chunked) != 3)) {
         PyErr_SetString(PyExc_TypeError, "Lane: chunked must be (flow, cycle, transport) or None");
         return -1;
     }
-    if (!PyList_CheckExact(o[7])) {
-        PyErr_SetString(PyExc_TypeError, "Lane: produced must be a list");
+    if (!PyList_CheckExact(produced) || !PyDict_Check(frames)) {
+        PyErr_SetString(PyExc_TypeError, "Lane: produced must be a list, frames a dict");
         return -1;
     }
-    PyObject *passes = PyObject_GetAttrString(o[6], "passes_text");
+    PyObject *passes = PyObject_GetAttrString(calls, "passes_text");
     if (passes == NULL)
         return -1;
     lane_clear(self);
-    PyObject **slots[] = {&self->fallback, &self->reader, &self->sse, &self->loads, &self->gen,
-                          &self->parser, &self->calls, &self->produced, &self->pending, &self->body,
-                          &self->string, &self->frames, &self->clock, &self->loop_time};
-    for (int i = 0; i < 14; i++)
-        *slots[i] = Py_NewRef(o[i]);
+    ARGS(TAKE)
     self->passes = passes;
     if (chunked != Py_None) {
         self->flow = Py_NewRef(PyTuple_GET_ITEM(chunked, 0));
@@ -149,7 +137,6 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
     self->filter_here = filter_here;
     return 0;
 }
-
 /* obj.name, a new reference; NULL (with an error set) where it has none */
 #define GET(obj, name) PyObject_GetAttr((obj), (name))
 
@@ -663,28 +650,10 @@ static struct PyModuleDef lane_module = {PyModuleDef_HEAD_INIT, "chatsieve._lane
 PyMODINIT_FUNC
 PyInit__lane(void)
 {
-    struct {
-        PyObject **s;
-        const char *name;
-    } names[] = {
-        {&s_partial, "partial"}, {&s_count, "count"}, {&s_completion_tokens, "completion_tokens"},
-        {&s_max_tokens, "max_tokens"}, {&s_vocab_size, "vocab_size"},
-        {&s_reasoning_budget, "reasoning_budget"}, {&s_past_reasoning, "_past_reasoning"},
-        {&s_budget_hit, "_budget_hit"}, {&s_reasoning_tokens, "reasoning_tokens"}, {&s_hot, "_hot"},
-        {&s_hot_ids, "_hot_ids"}, {&s_hot_stops, "_hot_stops"}, {&s_hot_texts, "_hot_texts"},
-        {&s_hot_k, "_hot_k"}, {&s_lane, "lane"}, {&s_held, "_held"}, {&s_busy, "busy"},
-        {&s_events, "events"}, {&s_ready, "ready"}, {&s_write, "write"}, {&s_metrics, "metrics"},
-        {&s_inter_token, "inter_token"}, {&s_ttft, "ttft"}, {&s_observe, "observe"}, {&s_last, "_last"},
-        {&s_started, "_started"}, {&s_choices, "choices"}, {&s_token_ids, "token_ids"},
-        {&s_logprobs, "logprobs"}, {&s_finish_reason, "finish_reason"}, {&s_error, "error"},
-        {&s_object, "object"}, {&s_content, "content"}, {&s_failure, "failure"},
-        {&s_pending_last, "last"}, {&s_write_paused, "write_paused"}, {&s_disconnected, "disconnected"},
-        {&s_is_closing, "is_closing"}, {&s_sum, "sum"}, {&s_notes, "notes"}, {&s_strict, "strict"},
-        {&s_wrote_text, "wrote_text"}, {&s_bounds, "bounds"}, {&s_counts, "counts"},
-    };
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if ((*names[i].s = PyUnicode_InternFromString(names[i].name)) == NULL)
-            return NULL;
+#define INTERN(variable, name)                                                                        \
+    if ((variable = PyUnicode_InternFromString(name)) == NULL)                                        \
+        return NULL;
+    NAMES(INTERN)
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
     if (PyType_Ready(&LaneType) < 0)

@@ -349,6 +349,11 @@ def reads(sizes: list[int]) -> st.SearchStrategy:
     )
 
 
+def each_event_a_read(scripts: list[list[bytes]]) -> list[set[int]]:
+    """Cut positions for reads of one whole engine event each (a paced engine's)."""
+    return [set(itertools.accumulate(len(e) for e in script[:-1])) for script in scripts]
+
+
 ROUTES = ("chat", "messages", "responses")
 CASES = [("qwen3", route, variant, "vllm") for route in ROUTES
          for variant in ("plain", "strict", "max_tokens", "budget", "stop_ids")
@@ -403,7 +408,7 @@ def test_the_text_lane_takes_the_text_after_whitespace_it_held_back(route, kind,
     tok, answer, rest, stop_id, _ = family("qwen3")
     events = vllm_events if kind == "vllm" else llamacpp_events
     scripts = [events(answer, tok.decode), events(rest, tok.decode)]
-    cuts = [set(itertools.accumulate(len(e) for e in script[:-1])) for script in scripts]
+    cuts = each_event_a_read(scripts)
     lane, layered, _, _, spaced, _, took = both_ways("qwen3", kind, request(route, "plain", stop_id), route,
                                                      scripts, cuts, [False], compiled_lane() if compiled else None)
     assert lane == layered
@@ -429,7 +434,7 @@ class FailingBody(Body):
 def test_a_write_that_fails_ends_the_stream_as_the_layered_path_ends_it(compiled):
     tok, answer, rest, stop_id, _ = family("qwen3")
     scripts = [vllm_events(answer, tok.decode), vllm_events(rest, tok.decode)]
-    cuts = [set(itertools.accumulate(len(e) for e in script[:-1])) for script in scripts]
+    cuts = each_event_a_read(scripts)
     for _ in range(2):  # (the second time the hot lane knows every token's text: the lane writes the sixth)
         lane, layered, *_, took = both_ways("qwen3", "vllm", request("chat", "plain", stop_id), "chat", scripts,
                                             cuts, [False], compiled_lane() if compiled else None, FailingBody)
@@ -446,7 +451,7 @@ def test_an_unreadable_event_ends_the_stream_as_the_layered_path_ends_it(compile
     tok, answer, rest, stop_id, _ = family("qwen3")
     first = vllm_events(answer, tok.decode)
     scripts = [[*first[:12], chunk(b'data: {"choices": [\n\n'), *first[12:]], vllm_events(rest, tok.decode)]
-    cuts = [set(itertools.accumulate(len(e) for e in script[:-1])) for script in scripts]
+    cuts = each_event_a_read(scripts)
     for _ in range(2):  # (the second time the hot lane knows every token's text)
         lane, layered, *_, took = both_ways("qwen3", "vllm", request("chat", "plain", stop_id), "chat", scripts,
                                             cuts, [False], compiled_lane() if compiled else None)

@@ -199,8 +199,9 @@ def engine_main(port: int, ids_file: str, step_ms: float) -> None:
 class RelayUp(asyncio.Protocol):
     """A client's connection to the bare relay: its bytes go to the engine unread, and back."""
 
-    def __init__(self, engine_port: int) -> None:
+    def __init__(self, engine_port: int, down: type[asyncio.Protocol]) -> None:
         self.engine_port = engine_port
+        self.down_type = down
         self.down: asyncio.Transport | None = None  # towards the engine, once connected
         self.early: list[bytes] = []  # what the client sent before that
 
@@ -210,7 +211,7 @@ class RelayUp(asyncio.Protocol):
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
-        self.down, _ = await loop.create_connection(lambda: RelayDown(self.transport), "127.0.0.1", self.engine_port)
+        self.down, _ = await loop.create_connection(lambda: self.down_type(self.transport), "127.0.0.1", self.engine_port)
         for data in self.early:
             self.down.write(data)
         self.early.clear()
@@ -237,13 +238,81 @@ class RelayDown(asyncio.Protocol):
         self.up.close()
 
 
-def relay_main(port: int, engine_port: int) -> None:
+class ParsingRelayDown(asyncio.Protocol):
+    """The engine's side of the parsing relay: each vLLM event's JSON read, and its text written to
+    the client as a chat completions chunk (the engine's head and the [DONE] go through as they are)."""
+
+    HEAD = b'data: {"id":"chatcmpl-relay","object":"chat.completion.chunk","created":0,"model":"bench",' \
+        b'"choices":[{"index":0,"delta":{"content":'
+    TAIL = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def __init__(self, up: asyncio.Transport) -> None:
+        import orjson
+
+        self.up = up
+        self.loads, self.dumps = orjson.loads, orjson.dumps
+        self.head_done = False
+        self.raw = b""  # engine bytes not yet de-chunked
+        self.body = b""  # de-chunked bytes not yet a whole event
+
+    def data_received(self, data: bytes) -> None:
+        if not self.head_done:
+            head, sep, rest = (self.raw + data).partition(b"\r\n\r\n")
+            if not sep:
+                self.raw += data
+                return
+            self.up.write(head + sep)
+            self.head_done, self.raw, data = True, b"", rest
+        # the usual read: one whole chunk of one whole event, with nothing held from before
+        i = data.find(b"\r\n")
+        if not self.raw and not self.body and data.endswith(b"\n\n\r\n") and data.count(b"\n\n") == 1:
+            if data[i + 2 : i + 9] == b"data: {" and int(data[:i], 16) == len(data) - i - 4:
+                text = self.loads(data[i + 8 : -4])["choices"][0]["text"]
+                out = b"".join((self.HEAD, self.dumps(text), self.TAIL))
+                self.up.write(b"%x\r\n%b\r\n" % (len(out), out))
+                return
+        self._slow(data)
+
+    def _slow(self, data: bytes) -> None:
+        raw, out, ended = self.raw + data, [], False
+        while not ended:  # de-chunk what is whole
+            i = raw.find(b"\r\n")
+            if i < 0:
+                break
+            size = int(raw[:i], 16)
+            if len(raw) < i + 4 + size:
+                break
+            self.body += raw[i + 2 : i + 2 + size]
+            raw = raw[i + 4 + size :]
+            ended = size == 0
+        self.raw = raw
+        *events, self.body = self.body.split(b"\n\n")
+        for event in events:
+            if event == b"data: [DONE]":
+                out.append(b"data: [DONE]\n\n")
+            elif event.startswith(b"data: {"):
+                text = self.loads(event[6:])["choices"][0]["text"]
+                out.append(b"".join((self.HEAD, self.dumps(text), self.TAIL)))
+        for piece in out:
+            self.up.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+        if ended:  # the response is whole: the next on this connection begins with its head
+            self.up.write(b"0\r\n\r\n")
+            self.head_done, self.raw, self.body = False, b"", b""
+
+    def connection_lost(self, exc) -> None:
+        self.up.close()
+
+
+def relay_main(port: int, engine_port: int, parsing: bool = False) -> None:
     """What any server in chatsieve's place pays before doing anything: every byte between the
-    client and the engine copied through one uvloop process, nothing parsed."""
+    client and the engine copied through one uvloop process, nothing parsed. `parsing`: what a
+    server that only parses pays, in Python (one function per read, no state kept per stream): each
+    event's JSON read and a chat completions chunk of its text written (`ParsingRelayDown`)."""
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: RelayUp(engine_port), "127.0.0.1", port, backlog=4096)
+        down = ParsingRelayDown if parsing else RelayDown
+        server = await loop.create_server(lambda: RelayUp(engine_port, down), "127.0.0.1", port, backlog=4096)
         async with server:
             await server.serve_forever()
 
@@ -583,18 +652,22 @@ def print_rows(rows: list[Row], header: bool = True) -> None:
         )
 
 
-def print_ratios(pairs: dict[tuple[str, int, int], list[tuple[float, float]]]) -> None:
-    """Per server, worker count and stream count: the median CPU µs/token of the bare relay and of
-    the server over the repetitions, and the median of each repetition's ratio (server ÷ relay,
-    both measured in that repetition: the relay first, then each route in turn)."""
-    print("\n| target | workers | streams | repetitions | relay µs/token (median) | server µs/token (median) "
-          "| server ÷ relay: median (range) |")
-    print("|---|---|---|---|---|---|---|")
+def print_ratios(pairs: dict[tuple[str, int, int], list[tuple[float, float, float]]]) -> None:
+    """Per server, worker count and stream count: the median CPU µs/token of the bare relay, the
+    parsing relay and the server over the repetitions, and the medians of each repetition's ratios
+    (all measured in that repetition: the relays first, then each route in turn)."""
+
+    def ratio(values: list[float]) -> str:
+        values = sorted(values)
+        return f"{statistics.median(values):.2f} ({values[0]:.2f}–{values[-1]:.2f})"
+
+    print("\n| target | workers | streams | repetitions | µs/token (medians): relay / parsing relay / server "
+          "| server ÷ relay: median (range) | server ÷ parsing relay | parsing relay ÷ relay |")
+    print("|---|---|---|---|---|---|---|---|")
     for (target, w, n), got in pairs.items():
-        ratios = sorted(s / f for f, s in got)
-        print(f"| {target} | {w} | {n} | {len(got)} | {statistics.median(f for f, _ in got):.1f} "
-              f"| {statistics.median(s for _, s in got):.1f} | {statistics.median(ratios):.2f} "
-              f"({ratios[0]:.2f}–{ratios[-1]:.2f}) |")
+        medians = " / ".join(f"{statistics.median(g[i] for g in got):.1f}" for i in range(3))
+        print(f"| {target} | {w} | {n} | {len(got)} | {medians} | {ratio([s / f for f, _, s in got])} "
+              f"| {ratio([s / p for _, p, s in got])} | {ratio([p / f for f, p, _ in got])} |")
 
 
 def wait_up(port: int, proc: subprocess.Popen, path: str = "/health") -> None:
@@ -720,9 +793,11 @@ def main() -> None:
         cwd=ROOT,
     )
     rows: list[Row] = []
-    # (target, workers, streams) -> (the relay's, the server's) CPU µs/token, one pair per repetition
-    pairs: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
-    relay = None
+    # (target, workers, streams) -> (the bare relay's, the parsing relay's, the server's) CPU µs/token,
+    # one per repetition
+    pairs: dict[tuple[str, int, int], list[tuple[float, float, float]]] = {}
+    relay = parsing = None
+    texts = "".join(tok.decode([t]) for t in ids)  # what the parsing relay's client reads
     try:
         wait_up(engine_port, engine, "/stats")
 
@@ -764,12 +839,27 @@ def main() -> None:
                                      env=env, cwd=ROOT)
             wait_up(relay_port, relay, "/stats")
             asyncio.run(load(relay_port, "/v1/completions", engine_body, 1, 1))
+            parsing_port = free_port()
+            parsing = subprocess.Popen(
+                [sys.executable, __file__, "--parsing-relay", str(parsing_port), str(engine_port)], env=env, cwd=ROOT
+            )
+            wait_up(parsing_port, parsing, "/stats")
+            asyncio.run(load(parsing_port, "/v1/completions", engine_body, 1, 1))
 
-        def floor() -> list[Row]:
+        def check_parsing(r: Response) -> list[float]:
+            msg, times = read_chat(r)
+            assert msg["done"] and msg["content"] == texts, "the parsing relay lost or changed text"
+            return times
+
+        def floor() -> list[tuple[Row, Row]]:
+            """The bare relay's and the parsing relay's rows, a pair per stream count."""
             if relay is None:
                 return []
-            return each_stream_count("bare relay (floor)", "—", relay_port, "/v1/completions", engine_body,
+            bare = each_stream_count("bare relay (floor)", "—", relay_port, "/v1/completions", engine_body,
                                      check_engine, relay.pid)
+            parsed = each_stream_count("parsing relay (floor)", "—", parsing_port, "/v1/completions", engine_body,
+                                       check_parsing, parsing.pid)
+            return list(zip(bare, parsed, strict=True))
 
         if args.repeat == 1:
             floor()
@@ -844,13 +934,14 @@ def main() -> None:
                     for target, path, body, check in routes.values():
                         got = each_stream_count(target, w, port, path, body, check, server.pid)
                         if below:  # (none with one repetition, or without the relay)
-                            for f, r in zip(below, got, strict=True):
-                                pairs.setdefault((target, w, r.streams), []).append((f.cpu_us, r.cpu_us))
+                            for (f, p), r in zip(below, got, strict=True):
+                                pairs.setdefault((target, w, r.streams), []).append((f.cpu_us, p.cpu_us, r.cpu_us))
             finally:
                 stop(server, interrupt=bool(profile))
     finally:
-        if relay is not None:
-            stop(relay)
+        for floor_process in (relay, parsing):
+            if floor_process is not None:
+                stop(floor_process)
         stop(engine)
         ids_file.unlink(missing_ok=True)
     print(f"\n# load average after: {os.getloadavg()[0]:.2f}\n")
@@ -862,7 +953,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--engine":
         engine_main(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
-    elif len(sys.argv) == 4 and sys.argv[1] == "--relay":
-        relay_main(int(sys.argv[2]), int(sys.argv[3]))
+    elif len(sys.argv) == 4 and sys.argv[1] in ("--relay", "--parsing-relay"):
+        relay_main(int(sys.argv[2]), int(sys.argv[3]), parsing=sys.argv[1] == "--parsing-relay")
     else:
         main()

@@ -17,9 +17,14 @@ against batch parsing of the same ids; a wrong one stops the benchmark.
 The server runs the chatsieve this process imported, so `bench/ab.py OTHER bench/bench_server.py`
 compares two checkouts' servers; `--profile FILE` writes a one-worker server's cProfile stats.
 
-Figures are noisy on a shared machine: compare rows of one run, and note `uptime`. `--repeat N`
-measures the bare relay and each server N times, one after the other, and prints the medians and
-the median of the N ratios (server ÷ relay): what issue 36's paced goal is read from.
+Two floors run before the servers (`--no-floor` skips them): the bare relay (one uvloop process
+copying bytes between client and engine, nothing parsed) and the parsing relay (the same, but each
+vLLM event's JSON is read and a chat completions chunk of its text written, one Python function
+per read and no state per stream: the least a Python server that parses pays; its client checks
+the text). Figures are noisy on a shared machine: compare rows of one run, and note `uptime`.
+`--repeat N` measures both floors and each server N times, one after the other, and prints the
+medians and the medians of the N ratios (server ÷ relay: what issue 36's paced goal is read from;
+server ÷ parsing relay; parsing relay ÷ relay).
 """
 
 from __future__ import annotations
@@ -734,14 +739,14 @@ def main() -> None:
     ap.add_argument(
         "--no-floor",
         action="store_true",
-        help="skip the bare relay's runs (a uvloop process copying bytes between client and engine: "
-        "the CPU any server in chatsieve's place pays before parsing anything)",
+        help="skip the floors' runs: the bare relay (a uvloop process copying bytes between client and "
+        "engine: the CPU any server in chatsieve's place pays before parsing anything) and the parsing relay",
     )
     ap.add_argument(
         "--repeat",
         type=int,
         default=1,
-        help="measure the bare relay and the server this many times, one after the other, with each "
+        help="measure the floors and the server this many times, one after the other, with each "
         "process started once, and print the median of each and of their ratios (the ratio of one run "
         "moves with the machine's load; the medians of alternated runs move less)",
     )

@@ -272,7 +272,7 @@ class ParsingRelayDown(asyncio.Protocol):
         i = data.find(b"\r\n")
         if not self.raw and not self.body and data.endswith(b"\n\n\r\n") and data.count(b"\n\n") == 1:
             if data[i + 2 : i + 9] == b"data: {" and int(data[:i], 16) == len(data) - i - 4:
-                text = self.loads(data[i + 8 : -4])["choices"][0]["text"]
+                text = self.loads(data[i + 8 : -4])["choices"][0]["text"]  # (inline: one frame per read)
                 out = b"".join((self.HEAD, self.dumps(text), self.TAIL))
                 self.up.write(b"%x\r\n%b\r\n" % (len(out), out))
                 return
@@ -299,7 +299,7 @@ class ParsingRelayDown(asyncio.Protocol):
                 text = self.loads(event[6:])["choices"][0]["text"]
                 out.append(b"".join((self.HEAD, self.dumps(text), self.TAIL)))
         for piece in out:
-            self.up.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+            self.up.write(_chunk(piece))
         if ended:  # the response is whole: the next on this connection begins with its head
             self.up.write(b"0\r\n\r\n")
             self.head_done, self.raw, self.body = False, b"", b""

@@ -137,6 +137,7 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
     self->filter_here = filter_here;
     return 0;
 }
+
 /* obj.name, a new reference; NULL (with an error set) where it has none */
 #define GET(obj, name) PyObject_GetAttr((obj), (name))
 

@@ -20,6 +20,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <string.h>
 
 /* The Python names the lane reads and writes, interned at import: X(variable, name) */
@@ -36,7 +37,7 @@
     X(s_object, "object") X(s_content, "content") X(s_failure, "failure") X(s_pending_last, "last")    \
     X(s_write_paused, "write_paused") X(s_disconnected, "disconnected") X(s_is_closing, "is_closing")  \
     X(s_sum, "sum") X(s_notes, "notes") X(s_strict, "strict") X(s_wrote_text, "wrote_text")            \
-    X(s_bounds, "bounds") X(s_counts, "counts")
+    X(s_bounds, "bounds") X(s_counts, "counts") X(s_read, "_read") X(s_wake, "_wake") X(s_time, "time")
 
 #define DECLARE(variable, name) static PyObject *variable;
 NAMES(DECLARE)
@@ -604,12 +605,11 @@ take_read(Lane *self, PyObject *raw)
     return taken;
 }
 
+/* The lane's answer to one read `raw`: True (taken), False (a failure, recorded for the reader),
+   or the Python callback's (any read not taken) */
 static PyObject *
-lane_call(Lane *self, PyObject *args, PyObject *kwds)
+lane_push(Lane *self, PyObject *raw)
 {
-    PyObject *raw;
-    if (!PyArg_UnpackTuple(args, "Lane", 1, 1, &raw))
-        return NULL;
     int taken = take_read(self, raw);
     if (taken == 1)
         Py_RETURN_TRUE;
@@ -632,6 +632,15 @@ lane_call(Lane *self, PyObject *args, PyObject *kwds)
     return PyObject_CallOneArg(self->fallback, raw);
 }
 
+static PyObject *
+lane_call(Lane *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *raw;
+    if (!PyArg_UnpackTuple(args, "Lane", 1, 1, &raw))
+        return NULL;
+    return lane_push(self, raw);
+}
+
 static PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chatsieve._lane.Lane",
     .tp_basicsize = sizeof(Lane),
@@ -643,6 +652,186 @@ static PyTypeObject LaneType = {
     .tp_traverse = (traverseproc)lane_traverse,
     .tp_clear = (inquiry)lane_clear,
     .tp_call = (ternaryfunc)lane_call,
+};
+
+/* ---- ConnectionBase: the engine connection's reads (chatsieve/server/client.py's _Connection,
+   whose base it is where this extension is built).
+
+   What an engine sends per token is one chunk of a chunked body, read alone. Where a callback
+   takes pushes (`Response.push_to`) and the HTTP parser stands at a chunk's start with nothing of
+   the body unread, a read of whole plain chunks (`SIZE CRLF payload CRLF`, the size hex digits
+   only and not 0) is taken apart here: its payload goes to the callback, past the parser (which
+   would end where it stands, at the next chunk's start), its `on_body` and `take`, with no Python
+   frame between the event loop and the callback (a Lane is called directly). Every other read
+   goes to the Python method `_read` (the parser, and the flag `at_chunk_start`, which its
+   callbacks keep). The attributes below are the Python class's own: Python reads and writes them
+   as any. tests/test_server_client.py checks that any cutting of a response pushes and keeps the
+   same bytes as the parser alone. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *push;  /* the callback taking pushes, or None */
+    PyObject *body;  /* list of body bytes not yet taken */
+    PyObject *error; /* the connection's failure, or None */
+    PyObject *loop;  /* the event loop: time() */
+    double deadline; /* when the reader's read times out */
+    double timeout;  /* the reader's read timeout (moved on by pushed reads too) */
+    Py_ssize_t step_bytes; /* the most a push hands over (client.py's STEP_BYTES) */
+    char received_any, complete, at_chunk_start, pushed_back;
+} Connection;
+
+static int
+connection_traverse(Connection *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->push);
+    Py_VISIT(self->body);
+    Py_VISIT(self->error);
+    Py_VISIT(self->loop);
+    return 0;
+}
+
+static int
+connection_clear(Connection *self)
+{
+    Py_CLEAR(self->push);
+    Py_CLEAR(self->body);
+    Py_CLEAR(self->error);
+    Py_CLEAR(self->loop);
+    return 0;
+}
+
+static void
+connection_dealloc(Connection *self)
+{
+    PyObject_GC_UnTrack(self);
+    connection_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The payload of `data` where it is one or more whole plain chunks and nothing else (a new
+   reference); NULL without an error where it is not, NULL with one where memory ran out. */
+static PyObject *
+whole_chunks(PyObject *data)
+{
+    const char *s = PyBytes_AS_STRING(data);
+    Py_ssize_t end = PyBytes_GET_SIZE(data), pos = 0, total = 0, first = 0, chunks = 0;
+    while (pos < end) {
+        Py_ssize_t size = 0, i = pos;
+        for (int d; i < end && i - pos < 8 && (d = hex_digit(s[i])) >= 0; i++)
+            size = size * 16 + d;
+        if (i == pos || end - i < 2 || s[i] != '\r' || s[i + 1] != '\n' || size == 0)
+            return NULL;
+        Py_ssize_t start = i + 2;
+        if (end - start < size + 2 || s[start + size] != '\r' || s[start + size + 1] != '\n')
+            return NULL;
+        if (chunks++ == 0)
+            first = start;
+        total += size;
+        pos = start + size + 2;
+    }
+    if (chunks == 0)
+        return NULL;
+    if (chunks == 1)
+        return PyBytes_FromStringAndSize(s + first, total);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *p = PyBytes_AS_STRING(out);
+    for (pos = 0; pos < end;) { /* (checked above) */
+        Py_ssize_t size = 0, i = pos;
+        for (int d; (d = hex_digit(s[i])) >= 0; i++)
+            size = size * 16 + d;
+        memcpy(p, s + i + 2, size);
+        p += size;
+        pos = i + 2 + size + 2;
+    }
+    return out;
+}
+
+/* `payload` (a reference taken over) to the callback, the read timeout moved on first */
+static PyObject *
+connection_push(Connection *self, PyObject *payload)
+{
+    self->received_any = 1;
+    PyObject *now = PyObject_VectorcallMethod(s_time, &self->loop, 1, NULL);
+    double t = now != NULL ? PyFloat_AsDouble(now) : -1.0;
+    Py_XDECREF(now);
+    if (t == -1.0 && PyErr_Occurred()) {
+        Py_DECREF(payload);
+        return NULL;
+    }
+    self->deadline = t + self->timeout;
+    PyObject *push = Py_NewRef(self->push);
+    PyObject *result = Py_IS_TYPE(push, &LaneType) ? lane_push((Lane *)push, payload) : PyObject_CallOneArg(push, payload);
+    Py_DECREF(push);
+    Py_DECREF(payload);
+    int go = result != NULL ? PyObject_IsTrue(result) : -1;
+    Py_XDECREF(result);
+    if (go < 0)
+        return NULL;
+    if (go)
+        Py_RETURN_NONE; /* handled in this callback: the reader's task sleeps on */
+    Py_SETREF(self->push, Py_NewRef(Py_None));
+    self->pushed_back = 1;
+    PyObject *self_ = (PyObject *)self;
+    return PyObject_VectorcallMethod(s_wake, &self_, 1, NULL);
+}
+
+static PyObject *
+connection_data_received(Connection *self, PyObject *data)
+{
+    if (self->at_chunk_start && !self->complete && self->push != NULL && self->push != Py_None
+        && (self->error == NULL || self->error == Py_None) && self->loop != NULL && self->body != NULL
+        && PyList_CheckExact(self->body) && PyList_GET_SIZE(self->body) == 0 && PyBytes_CheckExact(data)
+        && PyBytes_GET_SIZE(data) <= self->step_bytes) {
+        PyObject *payload = whole_chunks(data);
+        if (payload != NULL)
+            return connection_push(self, payload);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    PyObject *args[] = {(PyObject *)self, data};
+    return PyObject_VectorcallMethod(s_read, args, 2, NULL);
+}
+
+static PyMethodDef connection_methods[] = {
+    {"data_received", (PyCFunction)connection_data_received, METH_O,
+     "A read: whole plain chunks to the callback taking pushes, or to `_read`."},
+    {NULL},
+};
+
+static PyMemberDef connection_members[] = {
+    {"push", T_OBJECT, offsetof(Connection, push), 0, NULL},
+    {"body", T_OBJECT, offsetof(Connection, body), 0, NULL},
+    {"error", T_OBJECT, offsetof(Connection, error), 0, NULL},
+    {"loop", T_OBJECT, offsetof(Connection, loop), 0, NULL},
+    {"deadline", T_DOUBLE, offsetof(Connection, deadline), 0, NULL},
+    {"timeout", T_DOUBLE, offsetof(Connection, timeout), 0, NULL},
+    {"step_bytes", T_PYSSIZET, offsetof(Connection, step_bytes), 0, NULL},
+    {"received_any", T_BOOL, offsetof(Connection, received_any), 0, NULL},
+    {"complete", T_BOOL, offsetof(Connection, complete), 0, NULL},
+    {"at_chunk_start", T_BOOL, offsetof(Connection, at_chunk_start), 0, NULL},
+    {"pushed_back", T_BOOL, offsetof(Connection, pushed_back), 0, NULL},
+    {NULL},
+};
+
+static PyTypeObject ConnectionType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "chatsieve._lane.ConnectionBase",
+    .tp_basicsize = sizeof(Connection),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The engine connection's reads, compiled (see the module's source).",
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)connection_dealloc,
+    .tp_traverse = (traverseproc)connection_traverse,
+    .tp_clear = (inquiry)connection_clear,
+    .tp_methods = connection_methods,
+    .tp_members = connection_members,
 };
 
 static struct PyModuleDef lane_module = {PyModuleDef_HEAD_INIT, "chatsieve._lane",
@@ -657,12 +846,13 @@ PyInit__lane(void)
     NAMES(INTERN)
     if ((one = PyLong_FromLong(1)) == NULL)
         return NULL;
-    if (PyType_Ready(&LaneType) < 0)
+    if (PyType_Ready(&LaneType) < 0 || PyType_Ready(&ConnectionType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&lane_module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0) {
+    if (PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0
+        || PyModule_AddObjectRef(m, "ConnectionBase", (PyObject *)&ConnectionType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,16 +1,28 @@
 """The compiled text lane (`chatsieve._lane`, built by the dev install where a C compiler is found)
-in tests: its type, or skip (fail under CI); and a stand-in for `backends.compiled_lane` that
-counts the reads the lane takes itself (those it does not hand to the Python callback)."""
+in tests: its type, or skip (fail under CI); the engine connection built on it; and a stand-in for
+`backends.compiled_lane` that counts the reads the lane takes itself (those it does not hand to
+the Python callback)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from models import DEV_INSTALL, require_module
 
 
 def compiled_lane() -> type:
     return require_module("chatsieve._lane", DEV_INSTALL).Lane
+
+
+def compiled_connection() -> type:
+    """The engine connection whose reads `chatsieve._lane.ConnectionBase` takes first."""
+    require_module("chatsieve._lane", DEV_INSTALL)
+    from chatsieve.server import client
+
+    if client._Connection is client._PlainConnection:
+        pytest.skip("CHATSIEVE_COMPILED_LANE=0: the engine connection is the plain one")
+    return client._Connection
 
 
 def counting_lane(lane_type: type, took: list[bytes]) -> Callable[..., Callable[[bytes], bool]]:

@@ -16,10 +16,11 @@ require_module("uvicorn", DEV_INSTALL)
 require_module("tokenizers", DEV_INSTALL)
 
 from fake_engines import FakeEngine, Script, ServerThread  # noqa: E402
-from lanes import compiled_lane, counting_lane  # noqa: E402
+from lanes import compiled_connection, compiled_lane, counting_lane  # noqa: E402
 from models import model_path, tokenizer  # noqa: E402
 
 from chatsieve.server import backends, chunked_body  # noqa: E402
+from chatsieve.server import client as engine_client  # noqa: E402
 from chatsieve.server.app import create_app  # noqa: E402
 from chatsieve.server.config import ServerConfig  # noqa: E402
 
@@ -54,12 +55,15 @@ def app(engine, tok):
 
 @pytest.fixture(autouse=True, params=["python", "compiled"])
 def took(request, monkeypatch) -> list[bytes] | None:
-    """Each test with the stream's text lane in Python, and with the compiled one, which writes a
-    ChunkedBody's chunks itself: the engine reads it took (None with the lane in Python)."""
+    """Each test with the stream's text lane and the engine connection in Python, and with the
+    compiled ones (the lane writes a ChunkedBody's chunks itself): the engine reads the compiled
+    lane took (None with the lane in Python)."""
     if request.param == "python":
         monkeypatch.setattr(backends, "compiled_lane", None)
+        monkeypatch.setattr(engine_client, "_Connection", engine_client._PlainConnection)
         return None
     reads: list[bytes] = []
+    compiled_connection()
     monkeypatch.setattr(backends, "compiled_lane", counting_lane(compiled_lane(), reads))
     return reads
 

@@ -4,19 +4,27 @@ scripted HTTP server on loopback."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lanes import compiled_connection
 from models import DEV_INSTALL, require_module
 
 require_module("httptools", DEV_INSTALL)
 
 from chatsieve.events import TokenLogprob  # noqa: E402
 from chatsieve.server.backends import Backend, SseParser, TokenBatch, VllmReader, _EventReader, merge  # noqa: E402
-from chatsieve.server.client import ConnectFailed, Disconnected, EngineHTTP, ReadTimeout  # noqa: E402
+from chatsieve.server.client import (  # noqa: E402
+    ConnectFailed,
+    Disconnected,
+    EngineHTTP,
+    ReadTimeout,
+    _PlainConnection,
+)
 
 # ---------------------------------------------------------------- SSE parsing
 
@@ -464,3 +472,188 @@ def test_a_push_that_gives_up_hands_the_rest_to_the_reader():
     pushed, read = run(pushed_and_read(paced, lambda pushed: len(pushed) < 3))
     assert b"".join(pushed) == b"".join(events[:3])  # the third was pushed, then it gave up
     assert b"".join(read) == b"".join(events[3:]) and b"" in read  # its wake-up: b"", then the rest
+
+
+# ---------------------------------------------------------------- whole chunks past the parser
+# (the compiled engine connection: chatsieve._lane.ConnectionBase)
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class _Clock:
+    """The loop's `time`, all a connection's pushed reads ask of it."""
+
+    def time(self) -> float:
+        return 7.0
+
+
+class _CountingParser:
+    """An HTTP parser's stand-in that counts the reads it was given."""
+
+    def __init__(self, parser) -> None:
+        self.parser, self.fed = parser, 0
+
+    def feed_data(self, data: bytes) -> None:
+        self.fed += 1
+        self.parser.feed_data(data)
+
+    def __getattr__(self, name):
+        return getattr(self.parser, name)
+
+
+def _connection(kind, push: bool, give_up_at: int | None):
+    conn = kind()
+    conn.transport, conn.loop = _Transport(), _Clock()
+    conn.start()
+    conn.parser = _CountingParser(conn.parser)
+    conn.pushed: list[bytes] = []
+    conn.woken = 0
+    if push:
+
+        def pushing(data: bytes) -> bool:
+            conn.pushed.append(data)
+            return give_up_at is None or len(conn.pushed) < give_up_at
+
+        conn.push = pushing
+    conn.timeout = 5.0
+    return conn
+
+
+HEAD = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "data, body",
+    [
+        (b"3\r\nabc\r\n", b"abc"),
+        (b"3\r\nabc\r\n2\r\nde\r\n", b"abcde"),
+        (b"A\r\n0123456789\r\n", b"0123456789"),  # upper-case digits
+        (b"0003\r\nabc\r\n", b"abc"),  # leading zeros
+        (b"4\r\na\r\nb\r\n", b"a\r\nb"),  # a CRLF inside the payload
+        (b"3;x=1\r\nabc\r\n", None),  # an extension: the parser reads it
+        (b"3 \r\nabc\r\n", None),
+        (b" 3\r\nabc\r\n", None),
+        (b"+3\r\nabc\r\n", None),
+        (b"0x3\r\nabc\r\n", None),
+        (b"\r\nabc\r\n", None),  # no size
+        (b"3\r\nabc", None),  # cut before the chunk's CRLF
+        (b"3\r\nabc\r", None),
+        (b"3\r\nabcd\r\n", None),  # longer than its size
+        (b"3\r\nabc\r\n2\r\nd", None),  # a whole chunk, then part of one
+        (b"3\r\nabc\r\n1", None),  # a whole chunk, then part of a size line
+        (b"0\r\n\r\n", None),  # the last chunk: the end is the parser's to read
+        (b"3\r\nabc\r\n0\r\n\r\n", None),
+        (b"123456789\r\nx\r\n", None),  # more than 8 digits
+        (b"", None),
+    ],
+)
+def test_only_whole_plain_chunks_pass_the_parser(data, body):
+    """At a chunk's start with a callback taking pushes, a read of whole plain chunks goes to the
+    callback past the parser, the read timeout moved on; any other read goes to the parser."""
+    conn = _connection(compiled_connection(), True, None)
+    conn.data_received(HEAD + b"1\r\nx\r\n")  # the head and a first chunk: through the parser
+    assert conn.at_chunk_start and conn.pushed == [b"x"] and conn.parser.fed == 1
+    conn.deadline = 0.0
+    conn.data_received(data)
+    if body is None:
+        assert conn.parser.fed == 2
+    else:
+        assert conn.parser.fed == 1 and conn.pushed == [b"x", body] and conn.at_chunk_start
+        assert conn.deadline == 12.0 and conn.received_any
+
+
+@pytest.mark.parametrize("size", [32 << 10, (32 << 10) + 1])
+def test_a_read_longer_than_a_push_goes_through_the_parser(size):
+    conn = _connection(compiled_connection(), True, None)
+    conn.data_received(HEAD + b"1\r\nx\r\n")
+    payload = b"y" * (size - len(b"%x\r\n\r\n" % (size - 8)))
+    data = b"%x\r\n%b\r\n" % (len(payload), payload)
+    assert len(data) == size
+    conn.data_received(data)
+    assert conn.parser.fed == (1 if size <= 32 << 10 else 2) and conn.pushed[-1] == payload
+
+
+def test_a_push_that_raises_raises_out_of_the_read():
+    """As from the plain connection: the event loop's protocol callback fails (it closes the
+    transport); nothing is pushed back."""
+    conn = _connection(compiled_connection(), True, None)
+    conn.data_received(HEAD + b"1\r\nx\r\n")
+
+    def failing(data: bytes) -> bool:
+        raise RuntimeError("boom")
+
+    conn.push = failing
+    with pytest.raises(RuntimeError, match="boom"):
+        conn.data_received(b"1\r\ny\r\n")
+    assert conn.parser.fed == 1 and conn.push is failing and not conn.pushed_back
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    chunks=st.lists(
+        st.tuples(st.binary(min_size=1, max_size=24), st.sampled_from(["plain", "upper", "zeros", "extension"])),
+        max_size=8,
+    ),
+    trailer=st.booleans(),
+    cutting=st.sampled_from(["chunks", "size lines", "anywhere"]),
+    cuts=st.lists(st.integers(0, 400), max_size=12),
+    push=st.booleans(),
+    give_up_at=st.one_of(st.none(), st.integers(1, 6)),
+)
+def test_reads_past_the_parser_leave_what_the_parser_alone_leaves(chunks, trailer, cutting, cuts, push, give_up_at):
+    """However the response is cut into reads, the compiled connection, which takes whole chunks
+    apart itself, pushes the same bytes, read by read, keeps the same body, ends and wakes its reader
+    as the plain one, whose every read goes through the parser; where reads are whole chunks, the
+    parser sees none after the first."""
+    size_line = {"plain": b"%x", "upper": b"%X", "zeros": b"00%x", "extension": b"%x;q=1"}
+    pieces = [HEAD] + [size_line[style] % len(p) + b"\r\n" + p + b"\r\n" for p, style in chunks]
+    pieces.append(b"0\r\nx-trailer: 1\r\n\r\n" if trailer else b"0\r\n\r\n")
+    data = b"".join(pieces)
+    if cutting == "chunks":  # each chunk its own read, as an engine writes one per token
+        reads = pieces
+    elif cutting == "size lines":  # each chunk's read cut after its size's first digit
+        reads = [HEAD] + [part for piece in pieces[1:] for part in (piece[:1], piece[1:])]
+    else:
+        at = sorted({c for c in cuts if 0 < c < len(data)})
+        reads = [data[a:b] for a, b in zip([0, *at], [*at, len(data)])]
+    fast, plain = (_connection(kind, push, give_up_at) for kind in (compiled_connection(), _PlainConnection))
+    for conn in (fast, plain):
+        wake = conn._wake
+
+        def counted(conn=conn, wake=wake) -> None:
+            conn.woken += 1
+            wake()
+
+        conn._wake = counted
+    starts = set(itertools.accumulate(map(len, pieces)))  # where chunks begin (and the end)
+    consumed = 0
+    for r in reads:
+        fast.data_received(r)
+        consumed += len(r)
+        assert not fast.at_chunk_start or consumed in starts, "the parser does not stand at a chunk's start"
+        plain.data_received(r)
+        assert fast.pushed == plain.pushed and fast.woken == plain.woken
+    assert fast.body == plain.body and fast.buffered == plain.buffered
+    assert (fast.complete, fast.error, fast.keep_alive, fast.pushed_back, fast.push is None) == (
+        plain.complete, plain.error, plain.keep_alive, plain.pushed_back, plain.push is None,
+    )  # fmt: skip
+    assert fast.complete and fast.error is None
+    # what was not pushed is the reader's, in order (the end is never pushed)
+    assert b"".join(fast.pushed) + b"".join(fast.body) == b"".join(p for p, _ in chunks)
+    plain_sizes = [style != "extension" for _, style in chunks]
+    if cutting == "chunks" and push and give_up_at is None and len(chunks) >= 2 and all(plain_sizes):
+        # the head, the first chunk (from which the parser stands at the next one's start), the end
+        assert fast.parser.fed == 3, fast.parser.fed
+    assert plain.parser.fed == len(reads)

@@ -293,12 +293,15 @@ def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[by
     """The stream with the text lane and without it, normalized; the tokens the lane took in Python
     (and of them, those it added to a call's held arguments, and those after whitespace it held
     back), the engine requests made, and the reads the compiled lane took (`compiled`:
-    chatsieve._lane.Lane, else the lane in Python only), the client's body a `client_type`."""
+    chatsieve._lane.Lane and the compiled engine connection, else the lane and the connection in
+    Python only; the layered path's connection is the plain one), the client's body a `client_type`."""
     connections: list = []
     took: list[bytes] = []
 
+    kind_of_connection = [engine_client._Connection if compiled else engine_client._PlainConnection]
+
     async def connection(self, key):  # EngineHTTP._connection without a socket
-        conn = engine_client._Connection()
+        conn = kind_of_connection[0]()
         conn.connection_made(Transport())
         connections.append(conn)
         return conn, False
@@ -325,6 +328,7 @@ def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[by
                     mock.patch.object(backends, "compiled_lane", counting_lane(compiled, took) if compiled else None):
                 lane = await run_stream(service, body, route, scripts, cuts, slow, connections, client_type)
             requests[0] = len(connections)
+            kind_of_connection[0] = engine_client._PlainConnection
             with mock.patch.object(Generation, "_id_pusher", lambda *a: None):
                 layered = await run_stream(service, body, route, scripts, cuts, slow, connections, client_type)
         finally:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from typing import Any, NamedTuple
 from chatsieve._json import dumps, loads, loads_strict, string
 from chatsieve.events import TokenLogprob
 from chatsieve.grammar import Constraint
-from chatsieve.server.client import ClientError, ConnectFailed, EngineHTTP, ReadTimeout
+from chatsieve.server.client import ClientError, ConnectFailed, EngineHTTP, ReadTimeout, compiled
 
 KINDS = ("vllm", "sglang", "llamacpp")
 NO_LOGPROB = -9999.0  # stands in for -inf / missing, which JSON cannot carry
@@ -723,19 +722,7 @@ class _EventReader:
         )  # fmt: skip
 
 
-def _compiled_lane() -> type | None:
-    """The compiled text lane (chatsieve/_lane.c, built at install where a C compiler is found),
-    unless CHATSIEVE_COMPILED_LANE=0; None without it (the same path then runs in Python)."""
-    if os.environ.get("CHATSIEVE_COMPILED_LANE", "1") == "0":
-        return None
-    try:
-        from chatsieve._lane import Lane
-    except ImportError:
-        return None
-    return Lane
-
-
-compiled_lane = _compiled_lane()
+compiled_lane = compiled("Lane")  # (None: the same path runs in Python)
 
 _JSON = {"content-type": "application/json"}
 DRAIN_SECONDS = 2.0  # how long to wait for the end of a finished response before dropping the connection

@@ -10,9 +10,11 @@ is ahead many events are read, parsed and sent on as one batch.
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
@@ -37,7 +39,22 @@ class Disconnected(ClientError):
     """The engine closed the connection before the response was complete."""
 
 
-class _Connection(asyncio.Protocol):
+def compiled(name: str) -> Any:
+    """`name` from the compiled extension (chatsieve/_lane.c, built at install where a C compiler is
+    found), unless CHATSIEVE_COMPILED_LANE=0; None without it (the same path then runs in Python)."""
+    if os.environ.get("CHATSIEVE_COMPILED_LANE", "1") == "0":
+        return None
+    try:
+        from chatsieve import _lane
+    except ImportError:
+        return None
+    return getattr(_lane, name)
+
+
+class _PlainConnection(asyncio.Protocol):
+    """An engine connection: every read through httptools (`_Connection` where the extension is
+    built takes a read of whole chunks apart itself)."""
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
@@ -191,6 +208,38 @@ class _Connection(asyncio.Protocol):
             self.reading_paused = False
             self.transport.resume_reading()
         return data
+
+
+_ConnectionBase = compiled("ConnectionBase")
+if _ConnectionBase is None:
+    _Connection = _PlainConnection
+else:
+
+    class _Connection(_ConnectionBase, _PlainConnection):  # type: ignore[no-redef]
+        """An engine connection whose `data_received` (compiled: ConnectionBase) takes a read of
+        whole plain chunks apart itself while a callback takes pushes and the parser stands at a
+        chunk's start, which the parser's callbacks below keep track of; other reads go to `_read`,
+        the plain connection's."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.step_bytes = STEP_BYTES
+            self.at_chunk_start = False
+
+        def _read(self, data: bytes) -> None:
+            _PlainConnection.data_received(self, data)
+            if self.error is not None or not data.endswith(b"\r\n"):  # (a size line may have begun)
+                self.at_chunk_start = False
+
+        def on_chunk_header(self) -> None:
+            self.at_chunk_start = False
+
+        def on_chunk_complete(self) -> None:
+            self.at_chunk_start = True
+
+        def start(self) -> None:
+            super().start()
+            self.at_chunk_start = False
 
 
 class Response:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -657,3 +660,14 @@ def test_reads_past_the_parser_leave_what_the_parser_alone_leaves(chunks, traile
         # the head, the first chunk (from which the parser stands at the next one's start), the end
         assert fast.parser.fed == 3, fast.parser.fed
     assert plain.parser.fed == len(reads)
+
+
+def test_chatsieve_compiled_lane_0_turns_the_compiled_connection_off():
+    """The documented switch: the plain connection and the Python lane, in a server started with it."""
+    compiled_connection()
+    check = ("from chatsieve.server import backends, client; "
+             "print(client._Connection is client._PlainConnection, backends.compiled_lane is None)")
+    for value, expected in (("0", "True True"), ("1", "False False")):
+        out = subprocess.run([sys.executable, "-c", check], env={**os.environ, "CHATSIEVE_COMPILED_LANE": value},
+                             capture_output=True, text=True, check=True).stdout.split()
+        assert " ".join(out) == expected, (value, out)

@@ -43,6 +43,75 @@
 NAMES(DECLARE)
 static PyObject *one;
 
+/* The offset in `obj` of its slot `name` (a writable object member of its type: what `__slots__`
+   makes), or -1 (none, or no `obj`): the lane then reads and writes the attribute by name. */
+static Py_ssize_t
+slot_offset(PyObject *obj, PyObject *name)
+{
+    if (obj == NULL)
+        return -1;
+    PyObject *found = _PyType_Lookup(Py_TYPE(obj), name); /* borrowed */
+    if (found == NULL || !Py_IS_TYPE(found, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *member = ((PyMemberDescrObject *)found)->d_member;
+    return member->type == T_OBJECT_EX && !(member->flags & READONLY) ? member->offset : -1;
+}
+
+/* obj.name, a new reference, read from its slot at offset `at` (-1: by name); NULL (with an error
+   set) where it has none */
+static PyObject *
+slot_get(PyObject *obj, Py_ssize_t at, PyObject *name)
+{
+    if (at >= 0) {
+        PyObject *value = *(PyObject **)((char *)obj + at);
+        if (value != NULL)
+            return Py_NewRef(value);
+    }
+    return PyObject_GetAttr(obj, name); /* (an empty slot: its AttributeError) */
+}
+
+/* obj.name = value, in its slot at offset `at` (-1: by name); 0, -1 on error */
+static int
+slot_set(PyObject *obj, Py_ssize_t at, PyObject *name, PyObject *value)
+{
+    if (at < 0)
+        return PyObject_SetAttr(obj, name, value);
+    Py_XSETREF(*(PyObject **)((char *)obj + at), Py_NewRef(value));
+    return 0;
+}
+
+/* 1: obj.name truthy, 0: falsy, -1: error */
+static int
+slot_true(PyObject *obj, Py_ssize_t at, PyObject *name)
+{
+    PyObject *v = slot_get(obj, at, name);
+    if (v == NULL)
+        return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* obj.name as a C long (an int attribute); -1 with an error set where it is not one */
+static long
+slot_long(PyObject *obj, Py_ssize_t at, PyObject *name, int *is_none)
+{
+    *is_none = 0;
+    PyObject *v = slot_get(obj, at, name);
+    if (v == NULL)
+        return -1;
+    *is_none = v == Py_None;
+    long n = *is_none ? 0 : PyLong_AsLong(v);
+    Py_DECREF(v);
+    return n;
+}
+
+/* an attribute of an object the lane has no slots for (uvicorn's), by name */
+#define attr_true(obj, name) slot_true((obj), -1, (name))
+
+/* the lane's object `object`'s attribute `variable` (the interned name): where its slot is */
+#define AT(object, variable) self->object, self->at_##object##_##variable, variable
+
 /* The references a Lane holds, one list for its fields, init, traverse and clear. ARGS: Lane's
    positional arguments, in order; MORE: the others (NULL where not given). */
 #define ARGS(X)                                                                             \
@@ -67,12 +136,26 @@ static PyObject *one;
     X(transport)                                                                                \
     X(histogram) /* metrics.inter_token where it is a CheapHistogram (`observe` here) */
 
+/* The attributes the lane reads and writes per token, X(object, name): by their slots' offsets where
+   the objects' classes have slots for them (`__slots__`: Generation, StreamParser, ToolCallFilter,
+   _Pending, _EventReader, SseParser, CheapHistogram), found when the lane is made; else by name. */
+#define SLOTS(X)                                                                                       \
+    X(gen, s_completion_tokens) X(gen, s_max_tokens) X(gen, s_vocab_size) X(gen, s_reasoning_budget)   \
+    X(gen, s_past_reasoning) X(gen, s_budget_hit) X(gen, s_reasoning_tokens) X(gen, s_metrics)         \
+    X(gen, s_last) X(gen, s_started) X(parser, s_hot) X(parser, s_hot_ids) X(parser, s_hot_stops)      \
+    X(parser, s_hot_texts) X(parser, s_lane) X(parser, s_hot_k) X(calls, s_held) X(calls, s_notes)     \
+    X(calls, s_strict) X(calls, s_wrote_text) X(pending, s_busy) X(pending, s_events)                  \
+    X(pending, s_pending_last) X(reader, s_count) X(sse, s_partial) X(histogram, s_bounds)             \
+    X(histogram, s_counts) X(histogram, s_sum)
+
 #define FIELD(name) PyObject *name;
 typedef struct {
     PyObject_HEAD
     ARGS(FIELD)
     MORE(FIELD)
     int filter_here; /* ToolCallFilter.passes_text is done here (calls is a ToolCallFilter) */
+#define AT_FIELD(object, variable) Py_ssize_t at_##object##_##variable;
+    SLOTS(AT_FIELD)
 } Lane;
 
 #define VISIT(name) Py_VISIT(self->name);
@@ -136,36 +219,9 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
     }
     self->histogram = histogram != Py_None ? Py_NewRef(histogram) : NULL;
     self->filter_here = filter_here;
+#define RESOLVE(object, variable) self->at_##object##_##variable = slot_offset(self->object, variable);
+    SLOTS(RESOLVE)
     return 0;
-}
-
-/* obj.name, a new reference; NULL (with an error set) where it has none */
-#define GET(obj, name) PyObject_GetAttr((obj), (name))
-
-/* 1: truthy, 0: falsy, -1: error; the attribute read and released */
-static int
-attr_true(PyObject *obj, PyObject *name)
-{
-    PyObject *v = GET(obj, name);
-    if (v == NULL)
-        return -1;
-    int t = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return t;
-}
-
-/* obj.name as a C long (an int attribute); -1 with an error set where it is not one */
-static long
-attr_long(PyObject *obj, PyObject *name, int *is_none)
-{
-    *is_none = 0;
-    PyObject *v = GET(obj, name);
-    if (v == NULL)
-        return -1;
-    *is_none = v == Py_None;
-    long n = *is_none ? 0 : PyLong_AsLong(v);
-    Py_DECREF(v);
-    return n;
 }
 
 /* dict.get(key) is None (missing or None): 1, 0, -1 on error */
@@ -224,14 +280,15 @@ one_id(PyObject *event)
     return tid;
 }
 
-/* CheapHistogram.observe(value): the count of value's bucket (bisect_left on its bounds) and the sum */
+/* CheapHistogram.observe(value) on the lane's histogram: the count of value's bucket (bisect_left on
+   its bounds) and the sum */
 static PyObject *
-observe(PyObject *hist, PyObject *value)
+observe(Lane *self, PyObject *value)
 {
-    PyObject *bounds = GET(hist, s_bounds), *counts = NULL, *sum = NULL, *result = NULL;
+    PyObject *bounds = slot_get(AT(histogram, s_bounds)), *counts = NULL, *sum = NULL, *result = NULL;
     if (bounds == NULL)
         return NULL;
-    counts = GET(hist, s_counts);
+    counts = slot_get(AT(histogram, s_counts));
     if (counts == NULL)
         goto out;
     if (!PyTuple_CheckExact(bounds) || !PyList_CheckExact(counts)
@@ -254,12 +311,12 @@ observe(PyObject *hist, PyObject *value)
     if (count == NULL)
         goto out;
     PyList_SetItem(counts, lo, count); /* (steals count) */
-    PyObject *old = GET(hist, s_sum);
+    PyObject *old = slot_get(AT(histogram, s_sum));
     if (old == NULL)
         goto out;
     sum = PyNumber_Add(old, value);
     Py_DECREF(old);
-    if (sum == NULL || PyObject_SetAttr(hist, s_sum, sum) < 0)
+    if (sum == NULL || slot_set(AT(histogram, s_sum), sum) < 0)
         goto out;
     result = Py_NewRef(Py_None);
 out:
@@ -311,33 +368,32 @@ take(Lane *self, PyObject *event)
         return tid == -1 ? 0 : -1;
 
     /* push_id's limits */
-    PyObject *gen = self->gen;
     int none;
-    long n = attr_long(gen, s_completion_tokens, &none);
+    long n = slot_long(AT(gen, s_completion_tokens), &none);
     if (n < 0 && PyErr_Occurred())
         return -1;
-    long max_tokens = attr_long(gen, s_max_tokens, &none);
+    long max_tokens = slot_long(AT(gen, s_max_tokens), &none);
     if (max_tokens == -1 && PyErr_Occurred())
         return -1;
     if (!none && n >= max_tokens)
         return 0;
-    long vocab_size = attr_long(gen, s_vocab_size, &none);
+    long vocab_size = slot_long(AT(gen, s_vocab_size), &none);
     if (vocab_size == -1 && PyErr_Occurred())
         return -1;
     if (!none && tid >= vocab_size)
         return 0;
-    long budget = attr_long(gen, s_reasoning_budget, &none);
+    long budget = slot_long(AT(gen, s_reasoning_budget), &none);
     if (budget == -1 && PyErr_Occurred())
         return -1;
-    int past = attr_true(gen, s_past_reasoning);
+    int past = slot_true(AT(gen, s_past_reasoning));
     if (past < 0)
         return -1;
     if (!none && !past) {
-        int hit = attr_true(gen, s_budget_hit);
+        int hit = slot_true(AT(gen, s_budget_hit));
         if (hit < 0)
             return -1;
         if (!hit) {
-            long used = attr_long(gen, s_reasoning_tokens, &none);
+            long used = slot_long(AT(gen, s_reasoning_tokens), &none);
             if (used == -1 && PyErr_Occurred())
                 return -1;
             if (used >= budget)
@@ -346,8 +402,7 @@ take(Lane *self, PyObject *event)
     }
 
     /* take_id's hot branch: the lane open, the id's text known and not empty */
-    PyObject *parser = self->parser;
-    PyObject *hot = GET(parser, s_hot);
+    PyObject *hot = slot_get(AT(parser, s_hot));
     if (hot == NULL)
         return -1;
     int result = -1;
@@ -357,7 +412,7 @@ take(Lane *self, PyObject *event)
         result = 0;
         goto done;
     }
-    int r = attr_true(parser, s_hot_ids);
+    int r = slot_true(AT(parser, s_hot_ids));
     if (r <= 0) {
         result = r < 0 ? -1 : 0;
         goto done;
@@ -365,7 +420,7 @@ take(Lane *self, PyObject *event)
     key = PyLong_FromLong(tid);
     if (key == NULL)
         goto done;
-    stops = GET(parser, s_hot_stops);
+    stops = slot_get(AT(parser, s_hot_stops));
     if (stops == NULL)
         goto done;
     r = PySequence_Contains(stops, key);
@@ -373,7 +428,7 @@ take(Lane *self, PyObject *event)
         result = r < 0 ? -1 : 0;
         goto done;
     }
-    texts = GET(parser, s_hot_texts);
+    texts = slot_get(AT(parser, s_hot_texts));
     if (texts == NULL)
         goto done;
     if (!PyDict_CheckExact(texts)) {
@@ -389,7 +444,7 @@ take(Lane *self, PyObject *event)
         result = 0;
         goto done;
     }
-    kind = GET(parser, s_lane);
+    kind = slot_get(AT(parser, s_lane));
     if (kind == NULL)
         goto done;
     frame = Py_XNewRef(PyDict_GetItemWithError(self->frames, kind));
@@ -403,7 +458,7 @@ take(Lane *self, PyObject *event)
     }
 
     /* the filter passes the text as it is (no strict call held), and the client takes it now */
-    PyObject *held = GET(self->calls, s_held);
+    PyObject *held = slot_get(AT(calls, s_held));
     if (held == NULL)
         goto done;
     r = held != Py_None;
@@ -412,7 +467,7 @@ take(Lane *self, PyObject *event)
         result = 0;
         goto done;
     }
-    if ((r = attr_true(self->pending, s_busy)) != 0 || (r = attr_true(self->pending, s_events)) != 0) {
+    if ((r = slot_true(AT(pending, s_busy))) != 0 || (r = slot_true(AT(pending, s_events))) != 0) {
         result = r < 0 ? -1 : 0;
         goto done;
     }
@@ -437,29 +492,29 @@ take(Lane *self, PyObject *event)
     result = -2;
     if (PyList_Append(hot, text) < 0)
         goto done;
-    PyObject *k = GET(parser, s_hot_k);
+    PyObject *k = slot_get(AT(parser, s_hot_k));
     if (k == NULL)
         goto done;
     PyObject *k1 = PyNumber_Add(k, one);
     Py_DECREF(k);
-    if (k1 == NULL || PyObject_SetAttr(parser, s_hot_k, k1) < 0) {
+    if (k1 == NULL || slot_set(AT(parser, s_hot_k), k1) < 0) {
         Py_XDECREF(k1);
         goto done;
     }
     Py_DECREF(k1);
 
-    PyObject *metrics = GET(gen, s_metrics);
+    PyObject *metrics = slot_get(AT(gen, s_metrics));
     if (metrics == NULL)
         goto done;
     if (metrics != Py_None) {
         PyObject *now = PyObject_CallNoArgs(self->clock);
-        PyObject *since = now != NULL ? GET(gen, n ? s_last : s_started) : NULL;
-        PyObject *hist = since != NULL ? GET(metrics, n ? s_inter_token : s_ttft) : NULL;
+        PyObject *since = now != NULL ? (n ? slot_get(AT(gen, s_last)) : slot_get(AT(gen, s_started))) : NULL;
+        PyObject *hist = since != NULL ? PyObject_GetAttr(metrics, n ? s_inter_token : s_ttft) : NULL;
         PyObject *gap = hist != NULL ? PyNumber_Subtract(now, since) : NULL;
         PyObject *ok = NULL;
         if (gap != NULL)
-            ok = n && self->histogram == hist ? observe(hist, gap) : PyObject_CallMethodOneArg(hist, s_observe, gap);
-        int set = ok != NULL ? PyObject_SetAttr(gen, s_last, now) : -1;
+            ok = n && self->histogram == hist ? observe(self, gap) : PyObject_CallMethodOneArg(hist, s_observe, gap);
+        int set = ok != NULL ? slot_set(AT(gen, s_last), now) : -1;
         Py_XDECREF(ok);
         Py_XDECREF(gap);
         Py_XDECREF(hist);
@@ -472,7 +527,7 @@ take(Lane *self, PyObject *event)
     }
     Py_DECREF(metrics);
     PyObject *n1 = PyLong_FromLong(n + 1);
-    if (n1 == NULL || PyObject_SetAttr(gen, s_completion_tokens, n1) < 0) {
+    if (n1 == NULL || slot_set(AT(gen, s_completion_tokens), n1) < 0) {
         Py_XDECREF(n1);
         goto done;
     }
@@ -480,27 +535,27 @@ take(Lane *self, PyObject *event)
     if (PyList_Append(self->produced, key) < 0)
         goto done;
     if (!past) {
-        PyObject *used = GET(gen, s_reasoning_tokens);
+        PyObject *used = slot_get(AT(gen, s_reasoning_tokens));
         PyObject *used1 = used != NULL ? PyNumber_Add(used, one) : NULL;
-        int set = used1 != NULL ? PyObject_SetAttr(gen, s_reasoning_tokens, used1) : -1;
+        int set = used1 != NULL ? slot_set(AT(gen, s_reasoning_tokens), used1) : -1;
         Py_XDECREF(used1);
         Py_XDECREF(used);
         if (set < 0)
             goto done;
     }
-    if (is_content && PyObject_SetAttr(gen, s_past_reasoning, Py_True) < 0)
+    if (is_content && slot_set(AT(gen, s_past_reasoning), Py_True) < 0)
         goto done;
     if (self->filter_here) { /* ToolCallFilter.passes_text, its _held checked above */
         if (is_content) {
-            r = attr_true(self->calls, s_notes);
+            r = slot_true(AT(calls, s_notes));
             if (r == 0) {
-                PyObject *strict = GET(self->calls, s_strict);
+                PyObject *strict = slot_get(AT(calls, s_strict));
                 if (strict == NULL)
                     goto done;
                 r = strict != Py_None;
                 Py_DECREF(strict);
             }
-            if (r < 0 || (r > 0 && PyObject_SetAttr(self->calls, s_wrote_text, Py_True) < 0))
+            if (r < 0 || (r > 0 && slot_set(AT(calls, s_wrote_text), Py_True) < 0))
                 goto done;
         }
     } else {
@@ -542,7 +597,7 @@ take(Lane *self, PyObject *event)
     }
     if (self->loop_time != Py_None) { /* deliver_text's ping time */
         PyObject *now = PyObject_CallNoArgs(self->loop_time);
-        int set = now != NULL ? PyObject_SetAttr(self->pending, s_pending_last, now) : -1;
+        int set = now != NULL ? slot_set(AT(pending, s_pending_last), now) : -1;
         Py_XDECREF(now);
         if (set < 0)
             goto done;
@@ -556,9 +611,9 @@ take(Lane *self, PyObject *event)
             goto done;
         Py_DECREF(written);
     }
-    PyObject *count = GET(self->reader, s_count);
+    PyObject *count = slot_get(AT(reader, s_count));
     PyObject *count1 = count != NULL ? PyNumber_Add(count, one) : NULL;
-    int set = count1 != NULL ? PyObject_SetAttr(self->reader, s_count, count1) : -1;
+    int set = count1 != NULL ? slot_set(AT(reader, s_count), count1) : -1;
     Py_XDECREF(count1);
     Py_XDECREF(count);
     if (set < 0)
@@ -590,7 +645,7 @@ take_read(Lane *self, PyObject *raw)
         || memchr(s, '\n', len) != s + len - 2 || memchr(s, '\r', len) != NULL
         || (len == 14 && memcmp(s + 6, "[DONE]", 6) == 0))
         return 0;
-    int begun = attr_true(self->sse, s_partial);
+    int begun = slot_true(AT(sse, s_partial));
     if (begun != 0)
         return begun < 0 ? -1 : 0;
     PyObject *data = PyBytes_FromStringAndSize(s + 6, len - 8);

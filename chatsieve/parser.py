@@ -111,6 +111,10 @@ class StreamParser:
     fixtures check both).
     """
 
+    # what the compiled lane (chatsieve/_lane.c) reads and writes per token: slots, which it reaches
+    # by their offsets; any other attribute is in the instance's __dict__
+    __slots__ = ("_hot", "_hot_ids", "_hot_stops", "_hot_texts", "lane", "_hot_k", "__dict__", "__weakref__")
+
     def __init__(
         self,
         format: str | FormatSpec,

@@ -23,6 +23,7 @@ import json
 import re
 import types
 from contextlib import ExitStack
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -37,16 +38,18 @@ require_module("tokenizers", DEV_INSTALL)
 
 from chatsieve import StreamParser, load_tokenizer  # noqa: E402
 from chatsieve.protocols.anthropic import ANTHROPIC  # noqa: E402
-from chatsieve.protocols.common import ResponseInfo  # noqa: E402
+from chatsieve.protocols.common import ResponseInfo, ToolCallFilter  # noqa: E402
 from chatsieve.protocols.openai_chat import OPENAI_CHAT  # noqa: E402
 from chatsieve.protocols.openai_responses import OPENAI_RESPONSES  # noqa: E402
 from chatsieve.server import backends  # noqa: E402
 from chatsieve.server import client as engine_client  # noqa: E402
+from chatsieve.server.backends import SseParser, _EventReader  # noqa: E402
 from chatsieve.server.chunked_body import ChunkedBody  # noqa: E402
 from chatsieve.server.config import ServerConfig  # noqa: E402
 from chatsieve.server.generation import Generation  # noqa: E402
+from chatsieve.server.metrics import CheapHistogram  # noqa: E402
 from chatsieve.server.service import ChatService  # noqa: E402
-from chatsieve.server.streaming import StreamOut, write_event_stream  # noqa: E402
+from chatsieve.server.streaming import StreamOut, _Pending, write_event_stream  # noqa: E402
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -463,3 +466,20 @@ def test_an_unreadable_event_ends_the_stream_as_the_layered_path_ends_it(compile
         assert "error" in lane.rsplit("data: ", 2)[-2]  # the stream's last event before [DONE]
     if compiled:
         assert took, "the compiled lane took no read"
+
+
+def test_what_the_compiled_lane_reads_per_token_is_in_slots():
+    """The compiled lane reaches the attributes its SLOTS list names by their slots' offsets (by name
+    where a class has no slot for one: the same result, only slower): each is in its class's
+    `__slots__`, under the name the C interns for it."""
+    compiled_lane()
+    source = (Path(backends.__file__).parents[1] / "_lane.c").read_text()
+    names = dict(re.findall(r'X\((s_\w+), "(\w+)"\)', source))
+    block = source[source.index("#define SLOTS(X)"):]
+    block = block[: block.index("\n\n")]
+    pairs = re.findall(r"X\((\w+), (s_\w+)\)", block)
+    classes = {"gen": Generation, "parser": StreamParser, "calls": ToolCallFilter, "pending": _Pending,
+               "reader": _EventReader, "sse": SseParser, "histogram": CheapHistogram}
+    assert len(pairs) >= 25 and {obj for obj, _ in pairs} == set(classes)
+    missing = [(obj, names[var]) for obj, var in pairs if names[var] not in classes[obj].__slots__]
+    assert not missing, missing

@@ -462,6 +462,10 @@ class ToolCallFilter:
     (a strict tool's call never reaches the client unchecked, and never silently disappears).
     """
 
+    # what the compiled lane (chatsieve/_lane.c) reads and writes per token: slots, which it reaches
+    # by their offsets; any other attribute is in the instance's __dict__
+    __slots__ = ("_held", "notes", "strict", "wrote_text", "__dict__", "__weakref__")
+
     def __init__(
         self,
         *,

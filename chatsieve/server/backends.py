@@ -758,6 +758,10 @@ class SseParser:
     complete event: field "data" (lines joined by newlines), or "error" for the ``error: {...}``
     lines llama.cpp sends for a failure mid-stream. Other fields and comments are ignored."""
 
+    # what the compiled lane (chatsieve/_lane.c) reads and writes per token: slots, which it reaches
+    # by their offsets; any other attribute is in the instance's __dict__
+    __slots__ = ("partial", "__dict__", "__weakref__")
+
     def __init__(self) -> None:
         self.partial = b""  # the start of an event not yet ended by a blank line
 

@@ -38,6 +38,13 @@ class IdLane(NamedTuple):
 class Generation:
     """One backend generation pushed through the parser and the tool-call filter."""
 
+    # what the compiled lane (chatsieve/_lane.c) reads and writes per token: slots, which it reaches
+    # by their offsets; any other attribute is in the instance's __dict__
+    __slots__ = (
+        "completion_tokens", "max_tokens", "vocab_size", "reasoning_budget", "_past_reasoning", "_budget_hit",
+        "reasoning_tokens", "metrics", "_last", "_started", "__dict__", "__weakref__",
+    )  # fmt: skip
+
     def __init__(
         self,
         backend: Backend | ReplicaPool,

@@ -55,6 +55,10 @@ class CheapHistogram:
     observation: about a tenth of a paced stream's per-event work). Observed from the event loop's
     thread only; exposed through the registry as a custom collector, in the same text form."""
 
+    # what the compiled lane (chatsieve/_lane.c) reads and writes per token: slots, which it reaches
+    # by their offsets; any other attribute is in the instance's __dict__
+    __slots__ = ("bounds", "counts", "sum", "__dict__", "__weakref__")
+
     def __init__(self, name: str, documentation: str, buckets: tuple[float, ...], registry: CollectorRegistry):
         self.name, self.documentation = name, documentation
         self.bounds = buckets

@@ -110,6 +110,10 @@ class _Pending:
     of one kind); a client that keeps up gets each batch as it comes, the first at once.
     """
 
+    # what the compiled lane (chatsieve/_lane.c) reads and writes per token: slots, which it reaches
+    # by their offsets; any other attribute is in the instance's __dict__
+    __slots__ = ("busy", "events", "last", "__dict__", "__weakref__")
+
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.end: bytes | None = None  # b"" for a normal end, else the error events to send

@@ -7,8 +7,9 @@
    it, the tool-call filter passes the text and the client takes the chunk now:
 
        _EventReader.pusher's `pushed`  (whole_event, loads_strict, VllmReader.one_id, count)
-       Generation._id_pusher's `push_id`  (the limits, StreamParser.take_id's hot branch, the
-                                          metrics, the counts, ToolCallFilter.passes_text)
+       Generation._id_pusher's `push_id`  (the limits, StreamParser.take_id's hot branch and the
+                                          whitespace it holds back (`_spaced`), the metrics, the
+                                          counts, ToolCallFilter.passes_text)
        _produce's `deliver_text`       (the pending checks, encode_text, the ping time, body.write)
 
    Everything is checked before anything is changed; any read it does not take goes to that
@@ -37,7 +38,9 @@
     X(s_object, "object") X(s_content, "content") X(s_failure, "failure") X(s_pending_last, "last")    \
     X(s_write_paused, "write_paused") X(s_disconnected, "disconnected") X(s_is_closing, "is_closing")  \
     X(s_sum, "sum") X(s_notes, "notes") X(s_strict, "strict") X(s_wrote_text, "wrote_text")            \
-    X(s_bounds, "bounds") X(s_counts, "counts") X(s_read, "_read") X(s_wake, "_wake") X(s_time, "time")
+    X(s_bounds, "bounds") X(s_counts, "counts") X(s_read, "_read") X(s_wake, "_wake") X(s_time, "time") \
+    X(s_warm, "_warm") X(s_parked, "_parked") X(s_hot_held, "_hot_held") X(s_hot_bare, "_hot_bare")          \
+    X(s_spaced_texts, "_spaced_texts")
 
 #define DECLARE(variable, name) static PyObject *variable;
 NAMES(DECLARE)
@@ -146,7 +149,8 @@ slot_long(PyObject *obj, Py_ssize_t at, PyObject *name, int *is_none)
     X(parser, s_hot_texts) X(parser, s_lane) X(parser, s_hot_k) X(calls, s_held) X(calls, s_notes)     \
     X(calls, s_strict) X(calls, s_wrote_text) X(pending, s_busy) X(pending, s_events)                  \
     X(pending, s_pending_last) X(reader, s_count) X(sse, s_partial) X(histogram, s_bounds)             \
-    X(histogram, s_counts) X(histogram, s_sum)
+    X(histogram, s_counts) X(histogram, s_sum) X(parser, s_warm) X(parser, s_parked) X(parser, s_hot_held) \
+    X(parser, s_hot_bare) X(parser, s_spaced_texts)
 
 #define FIELD(name) PyObject *name;
 typedef struct {
@@ -401,18 +405,41 @@ take(Lane *self, PyObject *event)
         }
     }
 
-    /* take_id's hot branch: the lane open, the id's text known and not empty */
+    /* take_id's hot branch, and `_spaced` where the text ends in whitespace or follows whitespace the
+       lane holds back: the lane open (hot, or warm: holding whitespace back), the id's text known */
     PyObject *hot = slot_get(AT(parser, s_hot));
     if (hot == NULL)
         return -1;
     int result = -1;
     PyObject *key = NULL, *texts = NULL, *stops = NULL, *kind = NULL, *value = NULL, *chunk = NULL;
     PyObject *text = NULL, *frame = NULL; /* (held: Python code runs before they are used) */
-    if (!PyList_CheckExact(hot)) {
+    PyObject *parts = NULL, *spaced = NULL, *held_ws = NULL, *out = NULL, *body = NULL, *tail = NULL;
+    int warm = 0, r;
+    if (PyList_CheckExact(hot)) {
+        parts = Py_NewRef(hot);
+    } else if (hot == Py_None) {
+        PyObject *parked = slot_get(AT(parser, s_parked));
+        if (parked == NULL)
+            goto done;
+        r = parked != Py_None; /* (a character's first bytes held: `_take_bytes`, in Python) */
+        Py_DECREF(parked);
+        if (r) {
+            result = 0;
+            goto done;
+        }
+        parts = slot_get(AT(parser, s_warm));
+        if (parts == NULL)
+            goto done;
+        if (!PyList_CheckExact(parts)) { /* (neither: a call's held arguments, in Python) */
+            result = 0;
+            goto done;
+        }
+        warm = 1;
+    } else {
         result = 0;
         goto done;
     }
-    int r = slot_true(AT(parser, s_hot_ids));
+    r = slot_true(AT(parser, s_hot_ids));
     if (r <= 0) {
         result = r < 0 ? -1 : 0;
         goto done;
@@ -436,72 +463,161 @@ take(Lane *self, PyObject *event)
         goto done;
     }
     text = Py_XNewRef(PyDict_GetItemWithError(texts, key));
-    if (text == NULL) {
+    if (text == NULL) { /* (not yet known: `_hot_id` finds it, in Python) */
         result = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
-    if (!PyUnicode_CheckExact(text) || PyUnicode_GET_LENGTH(text) == 0) {
+    if (!PyUnicode_CheckExact(text)) {
         result = 0;
         goto done;
     }
-    kind = slot_get(AT(parser, s_lane));
-    if (kind == NULL)
-        goto done;
-    frame = Py_XNewRef(PyDict_GetItemWithError(self->frames, kind));
-    if (frame == NULL) {
-        result = PyErr_Occurred() ? -1 : 0;
-        goto done;
+    int spacing = warm;
+    if (PyUnicode_GET_LENGTH(text) == 0) { /* the text ends in whitespace: the bare lane holds it back */
+        r = slot_true(AT(parser, s_hot_bare));
+        if (r <= 0) {
+            result = r < 0 ? -1 : 0;
+            goto done;
+        }
+        spaced = slot_get(AT(parser, s_spaced_texts));
+        if (spaced == NULL)
+            goto done;
+        if (!PyDict_CheckExact(spaced)) {
+            result = 0;
+            goto done;
+        }
+        Py_SETREF(text, Py_XNewRef(PyDict_GetItemWithError(spaced, key)));
+        if (text == NULL) {
+            result = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+        if (!PyUnicode_CheckExact(text) || PyUnicode_GET_LENGTH(text) == 0) {
+            result = 0;
+            goto done;
+        }
+        spacing = 1;
     }
-    if (!PyTuple_CheckExact(frame) || PyTuple_GET_SIZE(frame) < 2) {
-        result = 0;
-        goto done;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(text), body_length = length;
+    if (spacing) { /* `_spaced`: what it sends (the held whitespace, then the body), what it holds */
+        held_ws = slot_get(AT(parser, s_hot_held));
+        if (held_ws == NULL)
+            goto done;
+        if (!PyList_CheckExact(held_ws)) {
+            result = 0;
+            goto done;
+        }
+        int text_kind = PyUnicode_KIND(text);
+        const void *data = PyUnicode_DATA(text);
+        while (body_length > 0) {
+            Py_UCS4 c = PyUnicode_READ(text_kind, data, body_length - 1);
+            if (c != ' ' && c != '\t' && c != '\r' && c != '\n')
+                break;
+            body_length--;
+        }
+        if (body_length > 0) {
+            body = PyUnicode_Substring(text, 0, body_length);
+            if (body == NULL)
+                goto done;
+            if (PyList_GET_SIZE(held_ws) == 0) {
+                out = Py_NewRef(body);
+            } else {
+                PyObject *empty = PyUnicode_New(0, 0), *ws = empty != NULL ? PyUnicode_Join(empty, held_ws) : NULL;
+                Py_XDECREF(empty);
+                out = ws != NULL ? PyUnicode_Concat(ws, body) : NULL;
+                Py_XDECREF(ws);
+                if (out == NULL)
+                    goto done;
+            }
+        }
+        if (body_length < length && (tail = PyUnicode_Substring(text, body_length, length)) == NULL)
+            goto done;
+    } else {
+        out = Py_NewRef(text);
     }
 
-    /* the filter passes the text as it is (no strict call held), and the client takes it now */
-    PyObject *held = slot_get(AT(calls, s_held));
-    if (held == NULL)
-        goto done;
-    r = held != Py_None;
-    Py_DECREF(held);
-    if (r) {
-        result = 0;
-        goto done;
+    int is_content = 0;
+    if (out != NULL) { /* a text to send */
+        kind = slot_get(AT(parser, s_lane));
+        if (kind == NULL)
+            goto done;
+        frame = Py_XNewRef(PyDict_GetItemWithError(self->frames, kind));
+        if (frame == NULL) {
+            result = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+        if (!PyTuple_CheckExact(frame) || PyTuple_GET_SIZE(frame) < 2) {
+            result = 0;
+            goto done;
+        }
+
+        /* the filter passes the text as it is (no strict call held), and the client takes it now */
+        PyObject *held = slot_get(AT(calls, s_held));
+        if (held == NULL)
+            goto done;
+        r = held != Py_None;
+        Py_DECREF(held);
+        if (r) {
+            result = 0;
+            goto done;
+        }
+        if ((r = slot_true(AT(pending, s_busy))) != 0 || (r = slot_true(AT(pending, s_events))) != 0) {
+            result = r < 0 ? -1 : 0;
+            goto done;
+        }
+        if (self->flow != NULL) { /* ChunkedBody.ready: the client reading, or gone */
+            r = attr_true(self->flow, s_write_paused);
+            if (r > 0)
+                r = attr_true(self->cycle, s_disconnected);
+            else if (r == 0)
+                r = 1;
+        } else {
+            r = attr_true(self->body, s_ready);
+        }
+        if (r <= 0) {
+            result = r < 0 ? -1 : 0;
+            goto done;
+        }
+        is_content = PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_content) == 0;
+        if (PyErr_Occurred())
+            goto done;
     }
-    if ((r = slot_true(AT(pending, s_busy))) != 0 || (r = slot_true(AT(pending, s_events))) != 0) {
-        result = r < 0 ? -1 : 0;
-        goto done;
-    }
-    if (self->flow != NULL) { /* ChunkedBody.ready: the client reading, or gone */
-        r = attr_true(self->flow, s_write_paused);
-        if (r > 0)
-            r = attr_true(self->cycle, s_disconnected);
-        else if (r == 0)
-            r = 1;
-    } else {
-        r = attr_true(self->body, s_ready);
-    }
-    if (r <= 0) {
-        result = r < 0 ? -1 : 0;
-        goto done;
-    }
-    int is_content = PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_content) == 0;
-    if (PyErr_Occurred())
-        goto done;
 
     /* taken: from here on an error is the stream's failure */
     result = -2;
-    if (PyList_Append(hot, text) < 0)
-        goto done;
-    PyObject *k = slot_get(AT(parser, s_hot_k));
-    if (k == NULL)
-        goto done;
-    PyObject *k1 = PyNumber_Add(k, one);
-    Py_DECREF(k);
-    if (k1 == NULL || slot_set(AT(parser, s_hot_k), k1) < 0) {
-        Py_XDECREF(k1);
-        goto done;
+    Py_ssize_t taken = 1;
+    if (!spacing) {
+        if (PyList_Append(parts, text) < 0)
+            goto done;
+    } else {
+        taken = 0;
+        if (body != NULL) {
+            taken = PyList_GET_SIZE(held_ws) + 1;
+            for (Py_ssize_t i = 0; i < taken - 1; i++)
+                if (PyList_Append(parts, PyList_GET_ITEM(held_ws, i)) < 0)
+                    goto done;
+            if (PyList_Append(parts, body) < 0 || PyList_SetSlice(held_ws, 0, PyList_GET_SIZE(held_ws), NULL) < 0)
+                goto done;
+        }
+        if (tail != NULL && PyList_Append(held_ws, tail) < 0)
+            goto done;
+        int holding = PyList_GET_SIZE(held_ws) > 0;
+        if (slot_set(AT(parser, s_hot), holding ? Py_None : parts) < 0
+            || slot_set(AT(parser, s_warm), holding ? parts : Py_None) < 0)
+            goto done;
     }
-    Py_DECREF(k1);
+    if (taken) {
+        PyObject *k = slot_get(AT(parser, s_hot_k));
+        if (k == NULL)
+            goto done;
+        PyObject *add = PyLong_FromSsize_t(taken);
+        PyObject *k1 = add != NULL ? PyNumber_Add(k, add) : NULL;
+        Py_XDECREF(add);
+        Py_DECREF(k);
+        if (k1 == NULL || slot_set(AT(parser, s_hot_k), k1) < 0) {
+            Py_XDECREF(k1);
+            goto done;
+        }
+        Py_DECREF(k1);
+    }
 
     PyObject *metrics = slot_get(AT(gen, s_metrics));
     if (metrics == NULL)
@@ -543,6 +659,8 @@ take(Lane *self, PyObject *event)
         if (set < 0)
             goto done;
     }
+    if (out == NULL) /* whitespace held back: nothing to send (push_id returns before the filter) */
+        goto counted;
     if (is_content && slot_set(AT(gen, s_past_reasoning), Py_True) < 0)
         goto done;
     if (self->filter_here) { /* ToolCallFilter.passes_text, its _held checked above */
@@ -566,15 +684,15 @@ take(Lane *self, PyObject *event)
     }
 
     /* encode_text: the frame's parts with the text's JSON between each two */
-    value = PyObject_CallOneArg(self->string, text);
+    value = PyObject_CallOneArg(self->string, out);
     if (value == NULL)
         goto done;
     if (!PyBytes_CheckExact(value)) {
         PyErr_SetString(PyExc_TypeError, "Lane: string() did not return bytes");
         goto done;
     }
-    Py_ssize_t parts = PyTuple_GET_SIZE(frame), size = (parts - 1) * PyBytes_GET_SIZE(value);
-    for (Py_ssize_t i = 0; i < parts; i++) {
+    Py_ssize_t pieces = PyTuple_GET_SIZE(frame), size = (pieces - 1) * PyBytes_GET_SIZE(value);
+    for (Py_ssize_t i = 0; i < pieces; i++) {
         PyObject *part = PyTuple_GET_ITEM(frame, i);
         if (!PyBytes_CheckExact(part)) {
             PyErr_SetString(PyExc_TypeError, "Lane: a frame's part is not bytes");
@@ -586,7 +704,7 @@ take(Lane *self, PyObject *event)
     if (chunk == NULL)
         goto done;
     char *p = PyBytes_AS_STRING(chunk);
-    for (Py_ssize_t i = 0; i < parts; i++) {
+    for (Py_ssize_t i = 0; i < pieces; i++) {
         PyObject *part = PyTuple_GET_ITEM(frame, i);
         if (i) {
             memcpy(p, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
@@ -611,6 +729,7 @@ take(Lane *self, PyObject *event)
             goto done;
         Py_DECREF(written);
     }
+counted:;
     PyObject *count = slot_get(AT(reader, s_count));
     PyObject *count1 = count != NULL ? PyNumber_Add(count, one) : NULL;
     int set = count1 != NULL ? slot_set(AT(reader, s_count), count1) : -1;
@@ -620,6 +739,12 @@ take(Lane *self, PyObject *event)
         goto done;
     result = 1;
 done:
+    Py_XDECREF(tail);
+    Py_XDECREF(body);
+    Py_XDECREF(out);
+    Py_XDECREF(held_ws);
+    Py_XDECREF(spaced);
+    Py_XDECREF(parts);
     Py_XDECREF(frame);
     Py_XDECREF(text);
     Py_XDECREF(chunk);

@@ -113,7 +113,10 @@ class StreamParser:
 
     # what the compiled lane (chatsieve/_lane.c) reads and writes per token: slots, which it reaches
     # by their offsets; any other attribute is in the instance's __dict__
-    __slots__ = ("_hot", "_hot_ids", "_hot_stops", "_hot_texts", "lane", "_hot_k", "__dict__", "__weakref__")
+    __slots__ = (
+        "_hot", "_hot_ids", "_hot_stops", "_hot_texts", "lane", "_hot_k", "_warm", "_parked", "_hot_held",
+        "_hot_bare", "_spaced_texts", "__dict__", "__weakref__",
+    )  # fmt: skip
 
     def __init__(
         self,

@@ -292,14 +292,16 @@ async def run_stream(service: ChatService, body: dict, route: str, scripts: list
 
 
 def both_ways(fmt: str, kind: str, body: dict, route: str, scripts: list[list[bytes]], cuts, slow,
-              compiled: type | None = None, client_type: type = Body) -> tuple[str, str, int, int, int, int, int]:
+              compiled: type | None = None, client_type: type = Body,
+              taken: list[bytes] | None = None) -> tuple[str, str, int, int, int, int, int]:
     """The stream with the text lane and without it, normalized; the tokens the lane took in Python
     (and of them, those it added to a call's held arguments, and those after whitespace it held
     back), the engine requests made, and the reads the compiled lane took (`compiled`:
     chatsieve._lane.Lane and the compiled engine connection, else the lane and the connection in
-    Python only; the layered path's connection is the plain one), the client's body a `client_type`."""
+    Python only; the layered path's connection is the plain one), the client's body a `client_type`;
+    those reads are appended to `taken` too."""
     connections: list = []
-    took: list[bytes] = []
+    took: list[bytes] = [] if taken is None else taken
 
     kind_of_connection = [engine_client._Connection if compiled else engine_client._PlainConnection]
 
@@ -416,12 +418,21 @@ def test_the_text_lane_takes_the_text_after_whitespace_it_held_back(route, kind,
     events = vllm_events if kind == "vllm" else llamacpp_events
     scripts = [events(answer, tok.decode), events(rest, tok.decode)]
     cuts = each_event_a_read(scripts)
+    taken: list[bytes] = []
     lane, layered, _, _, spaced, _, took = both_ways("qwen3", kind, request(route, "plain", stop_id), route,
-                                                     scripts, cuts, [False], compiled_lane() if compiled else None)
+                                                     scripts, cuts, [False], compiled_lane() if compiled else None,
+                                                     taken=taken)
     assert lane == layered
-    assert spaced > 0, "the lane took no token after whitespace it held back"
-    if compiled:  # (most of the text's tokens: all but the first of each, and those after whitespace)
-        assert took > 0, "the compiled lane took no read"
+    if not compiled:
+        assert spaced > 0, "the lane took no token after whitespace it held back"
+        return
+    # the compiled lane takes them itself (but the first of each id, whose text Python looks up), and
+    # the whitespace it holds back: reads of both among those it took
+    ids = [json.loads(read[len(b"data: "):])["choices"][0]["token_ids"][0] for read in taken]
+    texts = [tok.decode([i]) for i in ids]
+    assert any(t.endswith((" ", "\n")) for t in texts), "the compiled lane took no whitespace"
+    after = {b for a, b in itertools.pairwise(answer + rest) if tok.decode([a]).endswith((" ", "\n"))}
+    assert after & set(ids), "the compiled lane took no token after whitespace it held back"
 
 
 class FailingBody(Body):

@@ -17,9 +17,12 @@ def compiled_lane() -> type:
 
 def compiled_connection() -> type:
     """The engine connection whose reads `chatsieve._lane.ConnectionBase` takes first."""
-    require_module("chatsieve._lane", DEV_INSTALL)
+    lane = require_module("chatsieve._lane", DEV_INSTALL)
     from chatsieve.server import client
 
+    if not hasattr(lane, "ConnectionBase"):
+        pytest.fail("chatsieve._lane was built from an older source (no ConnectionBase): rebuild it "
+                    "(python setup.py build_ext --inplace)")
     if client._Connection is client._PlainConnection:
         pytest.skip("CHATSIEVE_COMPILED_LANE=0: the engine connection is the plain one")
     return client._Connection

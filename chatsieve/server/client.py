@@ -41,14 +41,15 @@ class Disconnected(ClientError):
 
 def compiled(name: str) -> Any:
     """`name` from the compiled extension (chatsieve/_lane.c, built at install where a C compiler is
-    found), unless CHATSIEVE_COMPILED_LANE=0; None without it (the same path then runs in Python)."""
+    found), unless CHATSIEVE_COMPILED_LANE=0; None without it, or where an extension built from an
+    older source lacks it (the same path then runs in Python)."""
     if os.environ.get("CHATSIEVE_COMPILED_LANE", "1") == "0":
         return None
     try:
         from chatsieve import _lane
     except ImportError:
         return None
-    return getattr(_lane, name)
+    return getattr(_lane, name, None)
 
 
 class _PlainConnection(asyncio.Protocol):

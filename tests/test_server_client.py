@@ -27,6 +27,7 @@ from chatsieve.server.client import (  # noqa: E402
     EngineHTTP,
     ReadTimeout,
     _PlainConnection,
+    compiled,
 )
 
 # ---------------------------------------------------------------- SSE parsing
@@ -676,7 +677,5 @@ def test_chatsieve_compiled_lane_0_turns_the_compiled_connection_off():
 def test_a_name_an_older_extension_lacks_falls_back_to_python():
     """An extension built from an older source (an editable install not rebuilt) has no newer type:
     the server then runs the Python path for it instead of failing to import."""
-    from chatsieve.server.client import compiled
-
     compiled_connection()
     assert compiled("ConnectionBase") is not None and compiled("NoSuchTypeInAnOlderBuild") is None

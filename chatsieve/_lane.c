@@ -112,6 +112,28 @@ slot_long(PyObject *obj, Py_ssize_t at, PyObject *name, int *is_none)
 /* an attribute of an object the lane has no slots for (uvicorn's), by name */
 #define attr_true(obj, name) slot_true((obj), -1, (name))
 
+/* The str of `key` in the dict obj.name (a parser's table of texts by id): 1 with `*text` set (a new
+   reference), 0 where the table is no dict or holds no str for it, -1 on error */
+static int
+table_text(PyObject *obj, Py_ssize_t at, PyObject *name, PyObject *key, PyObject **text)
+{
+    PyObject *table = slot_get(obj, at, name);
+    if (table == NULL)
+        return -1;
+    int found = 0;
+    if (PyDict_CheckExact(table)) {
+        PyObject *value = PyDict_GetItemWithError(table, key); /* borrowed */
+        if (value == NULL)
+            found = PyErr_Occurred() ? -1 : 0;
+        else if (PyUnicode_CheckExact(value)) {
+            *text = Py_NewRef(value);
+            found = 1;
+        }
+    }
+    Py_DECREF(table);
+    return found;
+}
+
 /* the lane's object `object`'s attribute `variable` (the interned name): where its slot is */
 #define AT(object, variable) self->object, self->at_##object##_##variable, variable
 
@@ -411,9 +433,9 @@ take(Lane *self, PyObject *event)
     if (hot == NULL)
         return -1;
     int result = -1;
-    PyObject *key = NULL, *texts = NULL, *stops = NULL, *kind = NULL, *value = NULL, *chunk = NULL;
+    PyObject *key = NULL, *stops = NULL, *kind = NULL, *value = NULL, *chunk = NULL;
     PyObject *text = NULL, *frame = NULL; /* (held: Python code runs before they are used) */
-    PyObject *parts = NULL, *spaced = NULL, *held_ws = NULL, *out = NULL, *body = NULL, *tail = NULL;
+    PyObject *parts = NULL, *held_ws = NULL, *out = NULL, *body = NULL, *tail = NULL;
     int warm = 0, r;
     if (PyList_CheckExact(hot)) {
         parts = Py_NewRef(hot);
@@ -455,20 +477,9 @@ take(Lane *self, PyObject *event)
         result = r < 0 ? -1 : 0;
         goto done;
     }
-    texts = slot_get(AT(parser, s_hot_texts));
-    if (texts == NULL)
-        goto done;
-    if (!PyDict_CheckExact(texts)) {
-        result = 0;
-        goto done;
-    }
-    text = Py_XNewRef(PyDict_GetItemWithError(texts, key));
-    if (text == NULL) { /* (not yet known: `_hot_id` finds it, in Python) */
-        result = PyErr_Occurred() ? -1 : 0;
-        goto done;
-    }
-    if (!PyUnicode_CheckExact(text)) {
-        result = 0;
+    r = table_text(AT(parser, s_hot_texts), key, &text); /* (not yet known: `_hot_id` finds it, in Python) */
+    if (r <= 0) {
+        result = r;
         goto done;
     }
     int spacing = warm;
@@ -478,20 +489,10 @@ take(Lane *self, PyObject *event)
             result = r < 0 ? -1 : 0;
             goto done;
         }
-        spaced = slot_get(AT(parser, s_spaced_texts));
-        if (spaced == NULL)
-            goto done;
-        if (!PyDict_CheckExact(spaced)) {
-            result = 0;
-            goto done;
-        }
-        Py_SETREF(text, Py_XNewRef(PyDict_GetItemWithError(spaced, key)));
-        if (text == NULL) {
-            result = PyErr_Occurred() ? -1 : 0;
-            goto done;
-        }
-        if (!PyUnicode_CheckExact(text) || PyUnicode_GET_LENGTH(text) == 0) {
-            result = 0;
+        Py_CLEAR(text);
+        r = table_text(AT(parser, s_spaced_texts), key, &text);
+        if (r <= 0 || PyUnicode_GET_LENGTH(text) == 0) {
+            result = r < 0 ? -1 : 0;
             goto done;
         }
         spacing = 1;
@@ -743,14 +744,12 @@ done:
     Py_XDECREF(body);
     Py_XDECREF(out);
     Py_XDECREF(held_ws);
-    Py_XDECREF(spaced);
     Py_XDECREF(parts);
     Py_XDECREF(frame);
     Py_XDECREF(text);
     Py_XDECREF(chunk);
     Py_XDECREF(value);
     Py_XDECREF(kind);
-    Py_XDECREF(texts);
     Py_XDECREF(stops);
     Py_XDECREF(key);
     Py_DECREF(hot);

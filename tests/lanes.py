@@ -1,7 +1,7 @@
 """The compiled text lane (`chatsieve._lane`, built by the dev install where a C compiler is found)
-in tests: its type, or skip (fail under CI); the engine connection built on it; and a stand-in for
-`backends.compiled_lane` that counts the reads the lane takes itself (those it does not hand to
-the Python callback)."""
+in tests: its type, or skip (fail under CI); the engine connection built on it; a transport for
+such a connection; and a stand-in for `backends.compiled_lane` that counts the reads the lane takes
+itself (those it does not hand to the Python callback)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,29 @@ from models import DEV_INSTALL, require_module
 
 def compiled_lane() -> type:
     return require_module("chatsieve._lane", DEV_INSTALL).Lane
+
+
+class Transport:
+    """An engine connection's transport in a test: keeps what is written."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
 
 
 def compiled_connection() -> type:

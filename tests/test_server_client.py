@@ -14,7 +14,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lanes import compiled_connection
+from lanes import Transport, compiled_connection
 from models import DEV_INSTALL, require_module
 
 require_module("httptools", DEV_INSTALL)
@@ -482,20 +482,6 @@ def test_a_push_that_gives_up_hands_the_rest_to_the_reader():
 # (the compiled engine connection: chatsieve._lane.ConnectionBase)
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.closed = False
-
-    def close(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 class _Clock:
     """The loop's `time`, all a connection's pushed reads ask of it."""
 
@@ -519,7 +505,7 @@ class _CountingParser:
 
 def _connection(kind, push: bool, give_up_at: int | None):
     conn = kind()
-    conn.transport, conn.loop = _Transport(), _Clock()
+    conn.transport, conn.loop = Transport(), _Clock()
     conn.start()
     conn.parser = _CountingParser(conn.parser)
     conn.pushed: list[bytes] = []

@@ -29,7 +29,7 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lanes import compiled_lane, counting_lane
+from lanes import Transport, compiled_lane, counting_lane
 from models import DEV_INSTALL, model_path, require_module
 
 require_module("starlette", DEV_INSTALL)
@@ -100,27 +100,6 @@ def request(route: str, variant: str, stop_id: int) -> dict:
 
 
 PARSE = {"chat": OPENAI_CHAT, "messages": ANTHROPIC, "responses": OPENAI_RESPONSES}
-
-
-class Transport:
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.sent.append(data)
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 class Body:

@@ -6,7 +6,8 @@
    one token id and nothing else, the parser's hot lane has the id's text ready, no limit stops on
    it, the tool-call filter passes the text and the client takes the chunk now:
 
-       _EventReader.pusher's `pushed`  (whole_event, loads_strict, VllmReader.one_id, count)
+       _EventReader.pusher's `pushed`  (whole_event, loads_strict, VllmReader.one_id, count: the id
+                                       read from the event's bytes where it can, `event_id`)
        Generation._id_pusher's `push_id`  (the limits, StreamParser.take_id's hot branch and the
                                           whitespace it holds back (`_spaced`), the metrics, the
                                           counts, ToolCallFilter.passes_text)
@@ -306,6 +307,266 @@ one_id(PyObject *event)
     return tid;
 }
 
+/* ---- The event's token id read from its bytes, without objects (`event_id`).
+
+   A paced vLLM stream's usual event is one token id and nothing else; `loads_strict` building it
+   as dicts, lists and strings, and freeing them, was a tenth of the lane's read. The scanner below
+   reads a subset of JSON: the numbers are integers of at most 18 digits (no fraction, no exponent,
+   so none overflows), strings have no \u escape (so a key or a value it compares is compared as
+   written: the other escapes spell no letter), and nesting is at most 32 deep. Within it, the text is checked as orjson checks it (control characters, UTF-8,
+   surrogates, leading zeros, trailing commas, anything after the document), so what it reads,
+   orjson reads the same. Anything outside it, it declines, and the lane reads the event with
+   `loads_strict` as before: declining is always safe. tests/test_server_text_lane.py checks both
+   ways on generated events that what it accepts orjson parses to the same id. */
+
+#define JSON_DEPTH 32
+
+static const char *
+json_space(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* Past the string at `p` (its opening quote), or NULL */
+static const char *
+json_string(const char *p, const char *end)
+{
+    p++;
+    while (p < end) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"')
+            return p + 1;
+        if (c < 0x20)
+            return NULL;
+        if (c == '\\') {
+            if (p + 1 >= end || strchr("\"\\/bfnrt", p[1]) == NULL || p[1] == '\0')
+                return NULL; /* (and \u: its surrogates are orjson's to judge) */
+            p += 2;
+            continue;
+        }
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        /* UTF-8, strictly: no overlong form, no surrogate, nothing past U+10FFFF */
+        Py_ssize_t n;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF)
+            n = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            if (c == 0xE0)
+                lo = 0xA0;
+            else if (c == 0xED)
+                hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            if (c == 0xF0)
+                lo = 0x90;
+            else if (c == 0xF4)
+                hi = 0x8F;
+        } else
+            return NULL;
+        if (end - p <= n)
+            return NULL;
+        unsigned char c1 = (unsigned char)p[1];
+        if (c1 < lo || c1 > hi)
+            return NULL;
+        for (Py_ssize_t i = 2; i <= n; i++)
+            if (((unsigned char)p[i] & 0xC0) != 0x80)
+                return NULL;
+        p += n + 1;
+    }
+    return NULL;
+}
+
+/* Past the integer at `p` (-?(0|[1-9][0-9]*), at most 18 digits), or NULL; its value in `*value`
+   when it is not negative, else -1 */
+static const char *
+json_integer(const char *p, const char *end, long long *value)
+{
+    int negative = p < end && *p == '-';
+    if (negative)
+        p++;
+    const char *digits = p;
+    long long v = 0;
+    while (p < end && *p >= '0' && *p <= '9') {
+        v = v * 10 + (*p - '0');
+        p++;
+        if (p - digits > 18)
+            return NULL;
+    }
+    if (p == digits || (*digits == '0' && p - digits > 1))
+        return NULL;
+    if (p < end && (*p == '.' || *p == 'e' || *p == 'E'))
+        return NULL;
+    *value = negative ? -1 : v;
+    return p;
+}
+
+static const char *json_value(const char *p, const char *end, int depth);
+
+/* Past the array at `p` (its '['), or NULL; `*count` its items, `*first` where the first begins */
+static const char *
+json_array(const char *p, const char *end, int depth, Py_ssize_t *count, const char **first)
+{
+    *count = 0;
+    p = json_space(p + 1, end);
+    if (p < end && *p == ']')
+        return p + 1;
+    for (;;) {
+        if (*count == 0)
+            *first = p;
+        if ((p = json_value(p, end, depth + 1)) == NULL)
+            return NULL;
+        (*count)++;
+        p = json_space(p, end);
+        if (p >= end)
+            return NULL;
+        if (*p == ']')
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = json_space(p + 1, end);
+    }
+}
+
+/* The members of an object a caller looks for: its keys, and where the last of each begins (NULL:
+   none), as orjson keeps the last of a repeated key */
+typedef struct {
+    const char *const *keys;
+    const char **found;
+    int n;
+} Wanted;
+
+/* Past the object at `p` (its '{'), or NULL */
+static const char *
+json_object(const char *p, const char *end, int depth, Wanted *wanted)
+{
+    p = json_space(p + 1, end);
+    if (p < end && *p == '}')
+        return p + 1;
+    for (;;) {
+        if (p >= end || *p != '"')
+            return NULL;
+        const char *key = p + 1, *after = json_string(p, end);
+        if (after == NULL)
+            return NULL;
+        p = json_space(after, end);
+        if (p >= end || *p != ':')
+            return NULL;
+        p = json_space(p + 1, end);
+        for (int i = 0; wanted != NULL && i < wanted->n; i++) {
+            size_t length = strlen(wanted->keys[i]);
+            if ((size_t)(after - 1 - key) == length && memcmp(key, wanted->keys[i], length) == 0)
+                wanted->found[i] = p;
+        }
+        if ((p = json_value(p, end, depth + 1)) == NULL)
+            return NULL;
+        p = json_space(p, end);
+        if (p >= end)
+            return NULL;
+        if (*p == '}')
+            return p + 1;
+        if (*p != ',')
+            return NULL;
+        p = json_space(p + 1, end);
+    }
+}
+
+/* Past the value at `p`, or NULL */
+static const char *
+json_value(const char *p, const char *end, int depth)
+{
+    if (p >= end || depth > JSON_DEPTH)
+        return NULL;
+    long long v;
+    Py_ssize_t count;
+    const char *first;
+    switch (*p) {
+    case '{':
+        return json_object(p, end, depth, NULL);
+    case '[':
+        return json_array(p, end, depth, &count, &first);
+    case '"':
+        return json_string(p, end);
+    case 't':
+        return end - p >= 4 && memcmp(p, "true", 4) == 0 ? p + 4 : NULL;
+    case 'f':
+        return end - p >= 5 && memcmp(p, "false", 5) == 0 ? p + 5 : NULL;
+    case 'n':
+        return end - p >= 4 && memcmp(p, "null", 4) == 0 ? p + 4 : NULL;
+    default:
+        return json_integer(p, end, &v);
+    }
+}
+
+/* Whether the member at `p` (NULL: none) is `word` (NULL: is absent or null) */
+static int
+json_is(const char *p, const char *end, const char *word)
+{
+    if (p == NULL)
+        return word == NULL;
+    if (word == NULL)
+        word = "null";
+    size_t length = strlen(word);
+    return (size_t)(end - p) >= length && memcmp(p, word, length) == 0;
+}
+
+/* Whether the value at `p` (read whole) is false in Python: null, false, 0, "", [] or {} */
+static int
+json_falsy(const char *p, const char *end)
+{
+    if (json_is(p, end, "null") || json_is(p, end, "false") || json_is(p, end, "\"\"") || json_is(p, end, "0")
+        || json_is(p, end, "-0"))
+        return 1; /* (a value that begins so is that value: no leading zeros, no fractions) */
+    if (*p == '[' || *p == '{') {
+        const char *q = json_space(p + 1, end);
+        return *q == (*p == '[' ? ']' : '}');
+    }
+    return 0;
+}
+
+/* The token id of the event whose data is [p, end): what `one_id(loads_strict(data))` gives where
+   that is one token id and nothing else, else -1 (not such an event, or not in the scanner's
+   subset: the lane then reads it with `loads_strict`) */
+static long
+event_id(const char *p, const char *end)
+{
+    static const char *const top_keys[] = {"choices", "error", "object"};
+    static const char *const choice_keys[] = {"token_ids", "logprobs", "finish_reason"};
+    const char *top[3] = {NULL, NULL, NULL}, *choice[3] = {NULL, NULL, NULL};
+    Wanted wanted = {top_keys, top, 3};
+    p = json_space(p, end);
+    if (p >= end || *p != '{' || (p = json_object(p, end, 0, &wanted)) == NULL || json_space(p, end) != end)
+        return -1;
+    const char *choices = top[0], *error = top[1], *object = top[2];
+    /* `error` absent or falsy; `object` not "error" */
+    if (error != NULL && !json_falsy(error, end))
+        return -1;
+    if (json_is(object, end, "\"error\""))
+        return -1;
+    /* choices: a list of one object, whose token_ids is a list of one integer */
+    Py_ssize_t count;
+    const char *first = NULL;
+    if (choices == NULL || *choices != '[' || json_array(choices, end, 0, &count, &first) == NULL || count != 1
+        || *first != '{')
+        return -1;
+    Wanted in_choice = {choice_keys, choice, 3};
+    if (json_object(first, end, 1, &in_choice) == NULL || !json_is(choice[1], end, NULL)
+        || !json_is(choice[2], end, NULL))
+        return -1;
+    const char *ids = choice[0];
+    if (ids == NULL || *ids != '[' || json_array(ids, end, 1, &count, &first) == NULL || count != 1)
+        return -1;
+    long long tid;
+    if (json_integer(first, end, &tid) == NULL || tid < 0 || tid > LONG_MAX)
+        return -1;
+    return (long)tid;
+}
+
 /* CheapHistogram.observe(value) on the lane's histogram: the count of value's bucket (bisect_left on
    its bounds) and the sum */
 static PyObject *
@@ -384,14 +645,12 @@ body_write(Lane *self, PyObject *chunk)
     return 0;
 }
 
-/* What the lane takes of `event`: 1 taken (all written), 0 not (nothing changed), -1 an error before
-   anything changed, -2 an error after (the reader's failure, as `pushed` records it) */
+/* What the lane takes of an event of the one token id `tid`: 1 taken (all written), 0 not (nothing
+   changed), -1 an error before anything changed, -2 an error after (the reader's failure, as
+   `pushed` records it) */
 static int
-take(Lane *self, PyObject *event)
+take(Lane *self, long tid)
 {
-    long tid = one_id(event);
-    if (tid < 0)
-        return tid == -1 ? 0 : -1;
 
     /* push_id's limits */
     int none;
@@ -772,16 +1031,21 @@ take_read(Lane *self, PyObject *raw)
     int begun = slot_true(AT(sse, s_partial));
     if (begun != 0)
         return begun < 0 ? -1 : 0;
-    PyObject *data = PyBytes_FromStringAndSize(s + 6, len - 8);
-    if (data == NULL)
-        return -1;
-    PyObject *event = PyObject_CallOneArg(self->loads, data); /* (invalid JSON: the fallback says so) */
-    Py_DECREF(data);
-    if (event == NULL)
-        return -1;
-    int taken = PyDict_CheckExact(event) ? take(self, event) : 0;
-    Py_DECREF(event);
-    return taken;
+    long tid = event_id(s + 6, s + len - 2);
+    if (tid < 0) { /* (not read without objects: read as `pushed` reads it) */
+        PyObject *data = PyBytes_FromStringAndSize(s + 6, len - 8);
+        if (data == NULL)
+            return -1;
+        PyObject *event = PyObject_CallOneArg(self->loads, data); /* (invalid JSON: the fallback says so) */
+        Py_DECREF(data);
+        if (event == NULL)
+            return -1;
+        tid = PyDict_CheckExact(event) ? one_id(event) : -1;
+        Py_DECREF(event);
+        if (tid < 0)
+            return tid == -1 ? 0 : -1;
+    }
+    return take(self, tid);
 }
 
 /* The lane's answer to one read `raw`: True (taken), False (a failure, recorded for the reader),
@@ -1013,8 +1277,25 @@ static PyTypeObject ConnectionType = {
     .tp_members = connection_members,
 };
 
+static PyObject *
+module_event_id(PyObject *module, PyObject *data)
+{
+    if (!PyBytes_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "event_id(data): data must be bytes");
+        return NULL;
+    }
+    const char *p = PyBytes_AS_STRING(data);
+    return PyLong_FromLong(event_id(p, p + PyBytes_GET_SIZE(data)));
+}
+
+static PyMethodDef module_methods[] = {
+    {"event_id", (PyCFunction)module_event_id, METH_O,
+     "The token id of a vLLM event's data read without objects (see the source), or -1."},
+    {NULL},
+};
+
 static struct PyModuleDef lane_module = {PyModuleDef_HEAD_INIT, "chatsieve._lane",
-                                         "The server's text lane, compiled.", -1, NULL};
+                                         "The server's text lane, compiled.", -1, module_methods};
 
 PyMODINIT_FUNC
 PyInit__lane(void)

@@ -37,6 +37,7 @@ require_module("httptools", DEV_INSTALL)
 require_module("tokenizers", DEV_INSTALL)
 
 from chatsieve import StreamParser, load_tokenizer  # noqa: E402
+from chatsieve._json import loads_strict  # noqa: E402
 from chatsieve.protocols.anthropic import ANTHROPIC  # noqa: E402
 from chatsieve.protocols.common import ResponseInfo, ToolCallFilter  # noqa: E402
 from chatsieve.protocols.openai_chat import OPENAI_CHAT  # noqa: E402
@@ -473,3 +474,119 @@ def test_what_the_compiled_lane_reads_per_token_is_in_slots():
     assert len(pairs) >= 25 and {obj for obj, _ in pairs} == set(classes)
     missing = [(obj, names[var]) for obj, var in pairs if names[var] not in classes[obj].__slots__]
     assert not missing, missing
+
+
+# ---- the event's id read from its bytes (`chatsieve._lane.event_id`, the lane's read without objects)
+
+def reference_id(data: bytes) -> int:
+    """What the lane reads with objects: `one_id(loads_strict(data))`, as the C gives it (-1: none)."""
+    try:
+        event = loads_strict(data)
+    except ValueError:
+        return -1
+    tid = backends.VllmReader(None).one_id(event) if type(event) is dict else None
+    return tid if tid is not None and 0 <= tid < 2**63 else -1
+
+
+def event_id():
+    compiled_lane()
+    from chatsieve import _lane
+
+    return _lane.event_id
+
+
+TEXTS = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    [" the", "明天", "\n", '"', "\\", "\u2028", "😀", "\x00", "\x1f\x7f", "error"])
+SMALL = st.integers(-3, 300_000) | st.sampled_from([0, 10**18 - 1, 10**18, 2**63, 2**64 + 1])
+ODD = st.none() | st.booleans() | SMALL | TEXTS | st.just(1.5) | st.just([]) | st.just({}) | st.just([{}])
+
+
+@st.composite
+def event_bytes(draw) -> bytes:
+    """An event as an engine may write it: half of them the usual one of one id (any text, any
+    key order, spacing and escaping, members absent or null), the others with any member odd; a
+    key given twice (the last counts), or a byte changed, added or dropped (mostly invalid JSON)."""
+    usual = draw(st.booleans())
+
+    def some(strategy: st.SearchStrategy) -> st.SearchStrategy:
+        return strategy if usual else strategy | ODD
+
+    choice = {"index": 0, "text": draw(TEXTS), "token_ids": draw(some(st.lists(SMALL, min_size=1, max_size=1)))}
+    for key, value in (("logprobs", st.none()), ("finish_reason", st.none()), ("stop_reason", ODD)):
+        if draw(st.booleans()):
+            choice[key] = draw(some(value))
+    event = {"id": "cmpl-1", "choices": [choice] if usual or draw(st.booleans()) else draw(st.lists(ODD, max_size=2) | ODD)}
+    for key, value in (("object", st.sampled_from(["text_completion", "error", "err\tor"])), ("created", SMALL),
+                       ("model", TEXTS), ("error", st.none() | st.sampled_from([False, 0, "", [], {}])),
+                       ("usage", st.none())):
+        if draw(st.booleans()):
+            event[key] = draw(some(value))
+    items = draw(st.permutations(list(event.items())))
+    if draw(st.integers(0, 4)) == 0:  # a key given twice
+        items.insert(draw(st.integers(0, len(items))), (draw(st.sampled_from(list(event))), draw(ODD)))
+    comma, colon = draw(st.sampled_from([(",", ":"), (", ", ": "), (" ,\t", "\r\n:  ")]))
+    ascii_ = draw(st.booleans())
+    body = comma.join(json.dumps(k, ensure_ascii=ascii_) + colon
+                      + json.dumps(v, ensure_ascii=ascii_, separators=(comma, colon)) for k, v in items)
+    data = bytearray(draw(st.sampled_from(["", " ", "\t"])) + "{" + body + "}", "utf-8")
+    cut = draw(st.integers(0, 9))  # (1-4: a byte dropped, changed or added, or one after the end; 5: bytes
+    if cut == 5 and (at := data.find(b'"text"')) >= 0:  # in the text, valid UTF-8 or not)
+        at = data.index(b'"', at + 6) + 1
+        data[at:at] = draw(st.sampled_from([b"\xe6\x98\x8e", b"\xf0\x9f\x98\x80", b"\xed\x9f\xbf", b"\xee\x80\x80",
+                                            b"\xf4\x8f\xbf\xbf", b"\xed\xa0\x80", b"\xc0\x80", b"\xc1\xbf", b"\xe0\x9f\xbf",
+                                            b"\xf0\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xe6\x98",
+                                            b"\x80", b"\xe6\x98\x22", b"\x7f"]))
+    elif cut == 4:
+        data += draw(st.sampled_from([b"}", b",", b" x", b"\x00", b"{}"]))
+    elif 1 <= cut <= 3:
+        at = draw(st.integers(0, len(data) - 1))
+        if cut == 1:
+            del data[at]
+        elif cut == 2:
+            data[at] = draw(st.integers(0, 255))
+        elif cut == 3:
+            data.insert(at, draw(st.sampled_from(b'{}[],:"\\ 0-e.\x00\x80\xed\xff')))
+    return bytes(data)
+
+
+@settings(max_examples=3000, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(event_bytes())
+def test_the_lane_reads_an_events_id_from_its_bytes_as_orjson_and_one_id_read_it(data):
+    """Where `event_id` reads an id, it is the one the lane read with objects; it declines (-1) only
+    what is outside its subset (a \\u escape, a number over 18 digits or with a fraction) or has no
+    one id, so the usual event is read without objects."""
+    got, want = event_id()(data), reference_id(data)
+    if got != -1:
+        assert got == want
+    elif want != -1:
+        assert re.search(rb"\\u|\d{19}|\d[.eE]", data), "declined an event in the subset"
+
+
+def test_the_lane_reads_the_ids_of_an_engines_paced_events_without_objects():
+    """Every event of a real stream (a Qwen3 answer with CJK, line breaks and quotes, as the stand-in
+    engine and vLLM's compact JSON write it) but the last (its finish) is read from its bytes."""
+    tok = load_tokenizer(model_path("qwen3"))
+    ids = tok.encode('The "notes" file:\n\n明天有小雨，下午转晴。 😀 a\\b\t')
+    events = vllm_events(ids, tok.decode)
+    compact = [json.dumps({"id": "cmpl-x", "object": "text_completion", "created": 1733000000, "model": "m",
+                           "choices": [{"index": 0, "text": tok.decode([t]), "logprobs": None, "finish_reason": None,
+                                        "stop_reason": None, "token_ids": [t], "prompt_token_ids": None}],
+                           "usage": None}, ensure_ascii=False, separators=(",", ":")).encode() for t in ids]
+    datas = [re.search(rb"data: (.*)\n\n", e, re.S).group(1) for e in events if b"[DONE]" not in e]
+    read = event_id()
+    assert [read(d) for d in datas[:-1] + compact] == ids[:-1] + ids
+    assert read(datas[-1]) == -1 and reference_id(datas[-1]) == -1  # (finish_reason "stop")
+
+
+def test_the_lane_reads_utf_8_in_an_events_text_as_orjson_does():
+    """Every lead byte with up to three bytes after it from the edges of the continuation range (so
+    every overlong form, surrogate, code point past U+10FFFF and cut sequence), in an otherwise usual
+    event's text: read where orjson reads it, declined where orjson refuses it."""
+    read = event_id()
+    edges = [0x22, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0]
+    head, tail = b'{"choices":[{"text":"a', b'b","token_ids":[7],"logprobs":null}]}'
+    tails = [b""] + [bytes(t) for n in (1, 2, 3) for t in itertools.product(edges, repeat=n)]
+    wrong = [seq for lead in range(0x80, 0x100) for t in tails
+             if read(data := head + (seq := bytes([lead]) + t) + tail) != reference_id(data)]
+    assert not wrong, wrong[:10]
+    assert read(head + "明😀".encode() + tail) == 7

@@ -3,14 +3,16 @@
    `Lane(...)` is the engine connection's push callback (`Response.push_to`) for a vLLM stream
    whose encoder writes text chunks as frames (`StreamEncoder.text_frames`). Called with one
    read, it does what the pure-Python callback does where the read is one whole one-line event of
-   one token id and nothing else, the parser's hot lane has the id's text ready, no limit stops on
-   it, the tool-call filter passes the text and the client takes the chunk now:
+   one token id and nothing else, the parser's hot lane takes the id (its text ready here, else
+   by `take_id`), no limit stops on it, the tool-call filter passes the text and the client takes
+   the chunk now:
 
        _EventReader.pusher's `pushed`  (whole_event, loads_strict, VllmReader.one_id, count: the id
                                        read from the event's bytes where it can, `event_id`)
        Generation._id_pusher's `push_id`  (the limits, StreamParser.take_id's hot branch and the
                                           whitespace it holds back (`_spaced`), the metrics, the
-                                          counts, ToolCallFilter.passes_text)
+                                          counts, ToolCallFilter.passes_text; an id whose text the
+                                          C does not have, take_id itself, called from here)
        _produce's `deliver_text`       (the pending checks, encode_text, the ping time, body.write)
 
    Everything is checked before anything is changed; any read it does not take goes to that
@@ -157,6 +159,7 @@ table_text(PyObject *obj, Py_ssize_t at, PyObject *name, PyObject *key, PyObject
     X(loop_time) /* the loop's time() where pings are sent, else None */
 #define MORE(X)                                                                                 \
     X(passes)    /* calls.passes_text */                                                        \
+    X(take_id)   /* parser.take_id: the ids the C does not take itself, in Python */            \
     X(flow)      /* where the body is a ChunkedBody: its flow, cycle and transport (`ready` and */ \
     X(cycle)     /* `write` here) */                                                            \
     X(transport)                                                                                \
@@ -236,9 +239,15 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
     PyObject *passes = PyObject_GetAttrString(calls, "passes_text");
     if (passes == NULL)
         return -1;
+    PyObject *take_id = PyObject_GetAttrString(parser, "take_id");
+    if (take_id == NULL) {
+        Py_DECREF(passes);
+        return -1;
+    }
     lane_clear(self);
     ARGS(TAKE)
     self->passes = passes;
+    self->take_id = take_id;
     if (chunked != Py_None) {
         self->flow = Py_NewRef(PyTuple_GET_ITEM(chunked, 0));
         self->cycle = Py_NewRef(PyTuple_GET_ITEM(chunked, 1));
@@ -645,6 +654,45 @@ body_write(Lane *self, PyObject *chunk)
     return 0;
 }
 
+/* Whether a text of the parser's lane can be written now (1, 0, -1 on error), and `*kind`, `*frame`
+   (new references) and `*is_content` for it: the kind has a frame, the filter passes the text as it
+   is (no strict call held), and the client takes it now */
+static int
+writable(Lane *self, PyObject **kind, PyObject **frame, int *is_content)
+{
+    int r;
+    *kind = slot_get(AT(parser, s_lane));
+    if (*kind == NULL)
+        return -1;
+    *frame = Py_XNewRef(PyDict_GetItemWithError(self->frames, *kind));
+    if (*frame == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_CheckExact(*frame) || PyTuple_GET_SIZE(*frame) < 2)
+        return 0;
+    PyObject *held = slot_get(AT(calls, s_held));
+    if (held == NULL)
+        return -1;
+    r = held != Py_None;
+    Py_DECREF(held);
+    if (r)
+        return 0;
+    if ((r = slot_true(AT(pending, s_busy))) != 0 || (r = slot_true(AT(pending, s_events))) != 0)
+        return r < 0 ? -1 : 0;
+    if (self->flow != NULL) { /* ChunkedBody.ready: the client reading, or gone */
+        r = attr_true(self->flow, s_write_paused);
+        if (r > 0)
+            r = attr_true(self->cycle, s_disconnected);
+        else if (r == 0)
+            r = 1;
+    } else {
+        r = attr_true(self->body, s_ready);
+    }
+    if (r <= 0)
+        return r;
+    *is_content = PyUnicode_Check(*kind) && PyUnicode_Compare(*kind, s_content) == 0;
+    return PyErr_Occurred() ? -1 : 1;
+}
+
 /* What the lane takes of an event of the one token id `tid`: 1 taken (all written), 0 not (nothing
    changed), -1 an error before anything changed, -2 an error after (the reader's failure, as
    `pushed` records it) */
@@ -695,26 +743,22 @@ take(Lane *self, long tid)
     PyObject *key = NULL, *stops = NULL, *kind = NULL, *value = NULL, *chunk = NULL;
     PyObject *text = NULL, *frame = NULL; /* (held: Python code runs before they are used) */
     PyObject *parts = NULL, *held_ws = NULL, *out = NULL, *body = NULL, *tail = NULL;
-    int warm = 0, r;
+    int warm = 0, spacing = 0, delegated = 0, is_content = 0, r;
     if (PyList_CheckExact(hot)) {
         parts = Py_NewRef(hot);
     } else if (hot == Py_None) {
         PyObject *parked = slot_get(AT(parser, s_parked));
         if (parked == NULL)
             goto done;
-        r = parked != Py_None; /* (a character's first bytes held: `_take_bytes`, in Python) */
+        r = parked != Py_None; /* (a character's first bytes held: `_take_bytes`) */
         Py_DECREF(parked);
-        if (r) {
-            result = 0;
-            goto done;
-        }
+        if (r)
+            goto delegate;
         parts = slot_get(AT(parser, s_warm));
         if (parts == NULL)
             goto done;
-        if (!PyList_CheckExact(parts)) { /* (neither: a call's held arguments, in Python) */
-            result = 0;
-            goto done;
-        }
+        if (!PyList_CheckExact(parts)) /* (neither: a call's held arguments, `_take_held_args`) */
+            goto delegate;
         warm = 1;
     } else {
         result = 0;
@@ -736,24 +780,23 @@ take(Lane *self, long tid)
         result = r < 0 ? -1 : 0;
         goto done;
     }
-    r = table_text(AT(parser, s_hot_texts), key, &text); /* (not yet known: `_hot_id` finds it, in Python) */
+    r = table_text(AT(parser, s_hot_texts), key, &text); /* (not yet known: `_hot_id` finds it) */
     if (r <= 0) {
-        result = r;
+        if (r == 0)
+            goto delegate;
         goto done;
     }
-    int spacing = warm;
+    spacing = warm;
     if (PyUnicode_GET_LENGTH(text) == 0) { /* the text ends in whitespace: the bare lane holds it back */
         r = slot_true(AT(parser, s_hot_bare));
-        if (r <= 0) {
-            result = r < 0 ? -1 : 0;
+        if (r < 0)
             goto done;
-        }
         Py_CLEAR(text);
-        r = table_text(AT(parser, s_spaced_texts), key, &text);
-        if (r <= 0 || PyUnicode_GET_LENGTH(text) == 0) {
-            result = r < 0 ? -1 : 0;
+        if (r == 0 || (r = table_text(AT(parser, s_spaced_texts), key, &text)) == 0
+            || PyUnicode_GET_LENGTH(text) == 0)
+            goto delegate; /* (or a character's first bytes: `_take_bytes`) */
+        if (r < 0)
             goto done;
-        }
         spacing = 1;
     }
     Py_ssize_t length = PyUnicode_GET_LENGTH(text), body_length = length;
@@ -794,57 +837,46 @@ take(Lane *self, long tid)
         out = Py_NewRef(text);
     }
 
-    int is_content = 0;
-    if (out != NULL) { /* a text to send */
-        kind = slot_get(AT(parser, s_lane));
-        if (kind == NULL)
-            goto done;
-        frame = Py_XNewRef(PyDict_GetItemWithError(self->frames, kind));
-        if (frame == NULL) {
-            result = PyErr_Occurred() ? -1 : 0;
-            goto done;
-        }
-        if (!PyTuple_CheckExact(frame) || PyTuple_GET_SIZE(frame) < 2) {
-            result = 0;
-            goto done;
-        }
-
-        /* the filter passes the text as it is (no strict call held), and the client takes it now */
-        PyObject *held = slot_get(AT(calls, s_held));
-        if (held == NULL)
-            goto done;
-        r = held != Py_None;
-        Py_DECREF(held);
-        if (r) {
-            result = 0;
-            goto done;
-        }
-        if ((r = slot_true(AT(pending, s_busy))) != 0 || (r = slot_true(AT(pending, s_events))) != 0) {
-            result = r < 0 ? -1 : 0;
-            goto done;
-        }
-        if (self->flow != NULL) { /* ChunkedBody.ready: the client reading, or gone */
-            r = attr_true(self->flow, s_write_paused);
-            if (r > 0)
-                r = attr_true(self->cycle, s_disconnected);
-            else if (r == 0)
-                r = 1;
-        } else {
-            r = attr_true(self->body, s_ready);
-        }
-        if (r <= 0) {
-            result = r < 0 ? -1 : 0;
-            goto done;
-        }
-        is_content = PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_content) == 0;
-        if (PyErr_Occurred())
-            goto done;
+    if (out != NULL && (r = writable(self, &kind, &frame, &is_content)) <= 0) { /* a text to send */
+        result = r;
+        goto done;
     }
+    goto taken;
 
+delegate:
+    /* The ids the C does not take itself (one not seen before, a character cut over several ids, a
+       call's held arguments): StreamParser.take_id takes them in Python, once every check its text
+       would need has passed (a "" needs none: then a check only declines what it need not). */
+    if (key == NULL && (key = PyLong_FromLong(tid)) == NULL)
+        goto done;
+    if ((r = writable(self, &kind, &frame, &is_content)) <= 0) {
+        result = r;
+        goto done;
+    }
+    result = -2; /* (an error in take_id is the stream's failure, as in push_id) */
+    out = PyObject_CallOneArg(self->take_id, key);
+    if (out == NULL)
+        goto done;
+    if (out == Py_None) { /* nothing taken: the Python callback reads the event */
+        Py_CLEAR(out);
+        result = 0;
+        goto done;
+    }
+    if (!PyUnicode_CheckExact(out)) {
+        PyErr_SetString(PyExc_TypeError, "Lane: take_id() did not return a str or None");
+        goto done;
+    }
+    if (PyUnicode_GET_LENGTH(out) == 0) /* (held back, or added to a call's held arguments) */
+        Py_CLEAR(out);
+    delegated = 1;
+
+taken:
     /* taken: from here on an error is the stream's failure */
     result = -2;
     Py_ssize_t taken = 1;
-    if (!spacing) {
+    if (delegated) {
+        taken = 0; /* (take_id kept the parser's lane itself) */
+    } else if (!spacing) {
         if (PyList_Append(parts, text) < 0)
             goto done;
     } else {

@@ -39,6 +39,9 @@ _WS = " \t\r\n"
 # The most ids the hot lane holds for one character cut over several tokens (`_take_bytes`): UTF-8
 # has at most four bytes a character, and a token at least one.
 _MAX_PARKED = 4
+# `_parked` while the lane holds the first bytes of a character of a call's held arguments (none of
+# the fields' parts: the character goes to the arguments, `_take_bytes`)
+_IN_ARGS: list[str] = []
 
 
 def resolve_gates(spec: FormatSpec, tokenizer: Any) -> tuple[dict[str, int | None], tuple[GatedText, ...]]:
@@ -299,13 +302,15 @@ class StreamParser:
         """`take_id` inside the arguments of a call that are held until it ends (no
         stream_arguments): where `feed(token_ids=[tid])` would only add `tid`'s text to them
         (the fast lane's `_plain` taking it as "region", with no event), it is taken so, and ""
-        is returned (no delta). None anywhere else, nothing taken."""
+        is returned (no delta); so is an id of a character cut over several (`_take_bytes`, whose
+        last id adds the character). None anywhere else, nothing taken."""
         engine = self._engine
         if not engine.holds_args or self._logprobs or tid in self._hot_stops:
             return None
         text = self._detok.plain(tid) if self._detok is not None else None
         if not text:
-            return None
+            # (the first bytes of a character cut over several ids: held as `_take_bytes` holds them)
+            return "" if text is None and self._take_bytes(tid) == [] else None
         stops = self._stops
         if stops is not None and not stops.passes(text, tid):
             return None
@@ -459,9 +464,10 @@ class StreamParser:
         or complete the one it holds (a CJK character or an emoji cut over two or three tokens):
         held, as the detokenizer holds them (no event), until the id that completes the character;
         then the text of all of them, the detokenizer's piece, is taken as the lane takes a token's
-        text. None where the bytes are not valid UTF-8, the held ids are too many or the text is
-        not the lane's (a marker character), nothing taken; `_cool` then hands the held ids to the
-        detokenizer, which is then as if it had been fed them."""
+        text, or inside a call's held arguments (`_IN_ARGS`) added to them as `_take_held_args`
+        adds a token's. None where the bytes are not valid UTF-8, the held ids are too many or the
+        text is not the lane's (a marker character), nothing taken; `_cool` then hands the held ids
+        to the detokenizer, which is then as if it had been fed them."""
         if self._lane_bytes is None or self._is_added(tid) or len(self._parked_ids) >= _MAX_PARKED:
             return None
         data = self._parked_bytes + self._lane_bytes(tid)
@@ -472,13 +478,23 @@ class StreamParser:
             if e.reason != "unexpected end of data" or e.end != len(data):
                 return None  # (invalid: the detokenizer's replacement characters)
             if parked is None:  # the lane's first id of the character
-                self._parked = self._hot if self._hot is not None else self._warm
+                hot = self._hot if self._hot is not None else self._warm
+                self._parked = hot if hot is not None else _IN_ARGS
                 self._hot = self._warm = None
             self._parked_ids.append(tid)
             self._parked_bytes = data
             return []
         if parked is None or not text:
             return None
+        if parked is _IN_ARGS:  # a character of a call's held arguments: added to them, no event
+            lexer, engine = self._lexer, self._engine
+            start = lexer.plain_start(text)
+            if start is None or not engine.holds_args or engine.take_plain(text, start) is None:
+                return None
+            lexer.took_plain(start, text)
+            self._pos += len(text)
+            self._parked, self._parked_ids, self._parked_bytes = None, [], b""
+            return []
         if (self._hot_re is not None and self._hot_re.search(text)) or (text[-1] in _WS and not self._hot_bare):
             return None  # (not the lane's text, by `_hot_id`'s rules)
         self._parked, self._parked_ids, self._parked_bytes = None, [], b""

@@ -415,11 +415,12 @@ def test_the_text_lane_takes_the_text_after_whitespace_it_held_back(route, kind,
     assert after & set(ids), "the compiled lane took no token after whitespace it held back"
 
 
-@pytest.mark.parametrize("client", ["body", "chunked"])
-def test_the_compiled_lane_hands_the_ids_it_cannot_take_to_take_id(client):
-    """Each engine event its own read: the ids the C does not take itself (a call's held arguments, a
-    character cut over several ids, an id seen for the first time) it hands to `take_id` and writes
-    what that returns, without the Python callback; the bytes are the layered path's."""
+@pytest.mark.parametrize(("client", "compiled"), [("body", False), ("body", True), ("chunked", True)])
+def test_the_lane_takes_characters_cut_over_several_ids_and_held_arguments(client, compiled):
+    """Each engine event its own read, with characters cut over several ids in the reasoning, the
+    content and the call's held arguments: the bytes are the layered path's. The ids the C does not
+    take itself (those, the held arguments, an id seen for the first time) it hands to `take_id` and
+    writes what that returns, without the Python callback."""
     tok, *_, stop_id, _ = family("qwen3")
     _, answer, rest = ANSWERS["qwen3"]
     cut = "明天有小雨 😀 🦜"
@@ -427,10 +428,13 @@ def test_the_compiled_lane_hands_the_ids_it_cannot_take_to_take_id(client):
     answer_ids = tok.encode(answer.format(r=f"{REASONING} {cut}", c=f"{CONTENT} {cut}", a=json.dumps(args, ensure_ascii=False)))
     scripts = [vllm_events(answer_ids, tok.decode), vllm_events(tok.encode(rest.format(c=CONTENT)), tok.decode)]
     taken: list[bytes] = []
-    lane, layered, *_ = both_ways("qwen3", "vllm", request("chat", "plain", stop_id), "chat", scripts,
-                                  each_event_a_read(scripts), [False], compiled_lane(),
-                                  Chunked if client == "chunked" else Body, taken=taken)
+    lane, layered, _, held, *_ = both_ways("qwen3", "vllm", request("chat", "plain", stop_id), "chat", scripts,
+                                           each_event_a_read(scripts), [False], compiled_lane() if compiled else None,
+                                           Chunked if client == "chunked" else Body, taken=taken)
     assert lane == layered
+    if not compiled:
+        assert held > 0, "the lane took no token of the call's arguments"
+        return
     took = [json.loads(read[len(b"data: "):])["choices"][0]["token_ids"][0] for read in taken]
     start, end = answer_ids.index(tok.encode("<tool_call>")[0]), answer_ids.index(tok.encode("</tool_call>")[0])
     in_args = set(answer_ids[start + 1:end]) & set(took)

@@ -99,6 +99,11 @@ class Detokenizer:
             self._window, self._context_text = [], ""
         return out
 
+    @property
+    def pending(self) -> bool:
+        """Whether ids fed so far wait for more (the first bytes of a character)."""
+        return bool(self._ids)
+
     def plain(self, token_id: int) -> str | None:
         """The text `token_id` makes as a piece of its own if fed now, when that is all
         feeding it would do: nothing is pending and it is an ordinary token whose text

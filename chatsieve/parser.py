@@ -285,8 +285,8 @@ class StreamParser:
         hot = self._hot
         if hot is None and self._warm is None and self._parked is None:
             return self._take_held_args(tid) if self._hot_ok else None
-        if not self._hot_ids or tid in self._hot_stops:
-            return None
+        if (not self._hot_ids and self._parked is not _IN_ARGS) or tid in self._hot_stops:
+            return None  # (the held arguments' lane takes ids however it was opened)
         if hot is not None:
             text = self._hot_texts.get(tid)
             if text:  # (the usual id, as `feed` takes it inline)
@@ -309,8 +309,10 @@ class StreamParser:
             return None
         text = self._detok.plain(tid) if self._detok is not None else None
         if not text:
-            # (the first bytes of a character cut over several ids: held as `_take_bytes` holds them)
-            return "" if text is None and self._take_bytes(tid) == [] else None
+            # the first bytes of a character cut over several ids: held as `_take_bytes` holds them,
+            # where the detokenizer holds none (else they would come out before its own)
+            detok = self._detok
+            return "" if text is None and detok is not None and not detok.pending and self._take_bytes(tid) == [] else None
         stops = self._stops
         if stops is not None and not stops.passes(text, tid):
             return None
@@ -425,7 +427,7 @@ class StreamParser:
 
     def _hot_id(self, tid: int) -> list[Event] | None:
         """The hot lane for one token id (see `feed`): its events, or None, nothing taken."""
-        if not self._hot_ids or tid in self._hot_stops:
+        if (not self._hot_ids and self._parked is not _IN_ARGS) or tid in self._hot_stops:
             return None
         if self._parked is not None:
             return self._take_bytes(tid)

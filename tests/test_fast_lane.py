@@ -242,6 +242,52 @@ def test_take_id_takes_the_ids_of_a_held_argument_string(fmt):
     assert _taking(streamed(), ids, streamed())[1] == []
 
 
+@pytest.mark.parametrize("fmt", ["qwen3", "qwen3_coder", "gpt_oss", "deepseek_v31", "kimi_k2"])
+def test_take_id_takes_the_ids_of_characters_cut_over_tokens_in_held_arguments(fmt):
+    """Inside a call's held argument string, the ids of a character cut over several tokens (a
+    byte-level vocabulary's) are taken too: the first held, the last adding the character to the
+    arguments; the events are the full pipeline's."""
+    tok = _tokenizer(fmt)
+    words = "the 𝔘 file 鼯鼠 the 🙂 file 天 end"
+    ids = tok.encode(HELD_CALLS[fmt].format(p=words))
+    cut = [t for t in ids if not tok.is_added(t) and tok.plain_text(t) is None]
+    assert len(cut) >= 4, "no character of the text is cut over tokens: the test proves nothing"
+    make = functools.partial(StreamParser, fmt, tools=TOOLS, tokenizer=tok, thinking=False)
+    events, took = _taking(make(), ids, make())
+    assert events == _run(fmt, [[t] for t in ids], False, tok, thinking=False)
+    [call] = [e for e in events if isinstance(e, ToolCallArgsDelta)]
+    assert json.loads(call.json_text) == {"path": words}
+    missed = [t for t in cut if t not in took]
+    assert len(missed) <= len(cut) // 4, (len(missed), len(cut))
+
+
+def test_take_id_holds_no_character_of_held_arguments_while_the_detokenizer_holds_bytes():
+    """A character's first bytes fed inside a call's held arguments (`feed`) stay with the
+    detokenizer: `take_id` declines the first id of the next character (its text would come out
+    before theirs), and the arguments are the full pipeline's, the unfinished character
+    included."""
+    tok = _tokenizer("qwen3")
+    first, second = tok.encode(" 明"), tok.encode(" 天")
+    assert len(first) == len(second) == 2
+    head = tok.encode('<tool_call>{"name": "write_file", "arguments": {"path": "the file')
+    tail = tok.encode(' the file"}}</tool_call><|im_end|>')
+    p = StreamParser("qwen3", tools=TOOLS, tokenizer=tok, thinking=False)
+    for t in head:
+        if p.take_id(t) is None:
+            p.feed(token_ids=[t])
+    p.feed(token_ids=first[:1])  # (明 never finished)
+    assert p.take_id(second[0]) is None
+    for t in second + tail:
+        if p.take_id(t) is None:
+            p.feed(token_ids=[t])
+    p.finish()
+    full = StreamParser("qwen3", tools=TOOLS, tokenizer=tok, thinking=False, fast_lane=False)
+    full.feed(token_ids=head + first[:1] + second + tail)
+    full.finish()
+    assert [(c.name, c.arguments) for c in p.message.tool_calls] == [(c.name, c.arguments) for c in full.message.tool_calls]
+    assert json.loads(full.message.tool_calls[0].arguments)["path"] == "the file \ufffd 天 the file"
+
+
 @pytest.mark.parametrize("fmt", ["qwen3", "gpt_oss", "deepseek_v31", "kimi_k2"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
